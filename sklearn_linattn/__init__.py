@@ -1,0 +1,29 @@
+"""Learn one-layer multi-head linear attention exactly, in polynomial time.
+
+A one-layer multi-head linear attention (MHLA) is linear in a fixed cubic
+feature map of its input sequence, so fitting it is least squares with a
+global optimum; the solution converts back into attention heads.
+"""
+
+from ._features import attention_kernel
+from ._mhla import (
+    attention_coefficients,
+    compress_heads,
+    heads_from_coefficients,
+    mhla_forward,
+    same_function,
+)
+from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "LinearAttentionFeatures",
+    "LinearAttentionRegressor",
+    "attention_coefficients",
+    "attention_kernel",
+    "compress_heads",
+    "heads_from_coefficients",
+    "mhla_forward",
+    "same_function",
+]

@@ -1,0 +1,169 @@
+"""The cubic feature map H of multi-head linear attention, and its kernel.
+
+Feature order (one place: :func:`pair_indices` and :func:`attention_features`):
+column ``p * d + l`` holds ``S[j_p, k_p] * x_last[l]`` where ``(j_p, k_p)`` is
+the p-th pair of ``np.triu_indices(d)`` (row-major upper triangle, j <= k) and
+``S = sum_t x_t x_t^T``.  This is the paper's Algorithm 2 with no rescaling of
+the off-diagonal pairs, so eigenvalues can be compared with the paper's.
+
+All functions take zero-filled padded arrays and lengths as returned by
+:func:`sklearn_linattn._validation.check_sequences`: zero tokens contribute
+nothing to ``S``.
+"""
+
+import numpy as np
+
+__all__ = [
+    "attention_features",
+    "attention_kernel",
+    "feature_names",
+    "n_attention_features",
+    "pair_indices",
+    "prefix_features",
+]
+
+
+def pair_indices(d):
+    """The folding rule: index pairs (j, k), j <= k, in feature order.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+
+    Returns
+    -------
+    j, k : ndarray of shape (d * (d + 1) // 2,)
+        Row and column of each folded pair of the symmetric matrix S.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._features import pair_indices
+    >>> pair_indices(2)
+    (array([0, 0, 1]), array([0, 1, 1]))
+    """
+    return np.triu_indices(d)
+
+
+def n_attention_features(d):
+    """Number of folded cubic features, psi = d**2 * (d + 1) / 2."""
+    return d * d * (d + 1) // 2
+
+
+def folded_second_moments(X):
+    """Folded S = sum_t x_t x_t^T per sequence, shape (n_samples, d(d+1)/2)."""
+    j, k = pair_indices(X.shape[2])
+    # One batched GEMM for the d x d moments, then a gather of the triangle.
+    S = np.matmul(X.transpose(0, 2, 1), X)
+    return S[:, j, k]
+
+
+def last_tokens(X, lengths):
+    """The last real token of each sequence, shape (n_samples, d)."""
+    return X[np.arange(X.shape[0]), lengths - 1]
+
+
+def _outer_features(S_folded, x):
+    """Row-wise Kronecker product (..., P) x (..., d) -> (..., P * d)."""
+    out = S_folded[..., :, None] * x[..., None, :]
+    return out.reshape(*out.shape[:-2], -1)
+
+
+def attention_features(X, lengths):
+    """The feature map H: one row of psi cubic features per sequence.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Zero-padded sequences.
+    lengths : ndarray of shape (n_samples,)
+        Number of real tokens per sequence.
+
+    Returns
+    -------
+    H : ndarray of shape (n_samples, psi)
+        ``H[i, p * d + l] = S_i[j_p, k_p] * X[i, lengths[i] - 1, l]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features
+    >>> X = np.array([[[1.0, 2.0], [3.0, 0.5]]])
+    >>> attention_features(X, np.array([2]))
+    array([[30.   ,  5.   , 10.5  ,  1.75 , 12.75 ,  2.125]])
+    """
+    return _outer_features(folded_second_moments(X), last_tokens(X, lengths))
+
+
+def prefix_features(X, lengths):
+    """Features of every prefix, for the causal readout ``"all"``.
+
+    Uses a cumulative sum of the folded outer products, so the n prefixes are
+    never materialised as sequences.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Zero-padded sequences.
+    lengths : ndarray of shape (n_samples,)
+
+    Returns
+    -------
+    H : ndarray of shape (n_samples, n_tokens, psi)
+        ``H[i, t]`` is the feature vector of the prefix ``X[i, :t + 1]``; rows at
+        padded positions are zero.
+    """
+    j, k = pair_indices(X.shape[2])
+    S = np.cumsum(X[:, :, j] * X[:, :, k], axis=1)
+    H = _outer_features(S, X)
+    H[np.arange(X.shape[1])[None, :] >= lengths[:, None]] = 0.0
+    return H
+
+
+def attention_kernel(X, lengths_X, Y, lengths_Y):
+    """Gram matrix <H(X_i), H(Y_j)> without forming the features.
+
+    ``<H(Z), H(Z')> = sum_{j <= k} S_jk S'_jk * <x_last, x'_last>``, which costs
+    O(d^2) per pair instead of O(d^3).
+
+    Returns
+    -------
+    K : ndarray of shape (n_samples_X, n_samples_Y)
+    """
+    SX = folded_second_moments(X)
+    SY = SX if Y is X else folded_second_moments(Y)
+    return (SX @ SY.T) * (last_tokens(X, lengths_X) @ last_tokens(Y, lengths_Y).T)
+
+
+def feature_names(d, input_features=None):
+    """Readable names of the psi features, in feature order.
+
+    ``"S[x0,x1]*last[x2]"`` is the column holding ``S[0, 1] * x_last[2]``.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    input_features : sequence of str or None
+        Names of the d token coordinates; default ``x0, ..., x{d-1}``.
+
+    Returns
+    -------
+    names : ndarray of str, shape (psi,)
+
+    Examples
+    --------
+    >>> from sklearn_linattn._features import feature_names
+    >>> list(feature_names(1))
+    ['S[x0,x0]*last[x0]']
+    """
+    if input_features is None:
+        input_features = [f"x{i}" for i in range(d)]
+    names = np.asarray(input_features, dtype=object)
+    j, k = pair_indices(d)
+    out = [
+        f"S[{names[a]},{names[b]}]*last[{names[l]}]"
+        for a, b in zip(j, k)
+        for l in range(d)
+    ]
+    return np.asarray(out, dtype=object)

@@ -1,0 +1,370 @@
+"""Sequences in, padded arrays and lengths out.
+
+Every check on user input lives here, so that every estimator and function
+reports a malformed argument with the same words.  The padding rule
+(trailing all-NaN tokens) is implemented once, in :func:`sequence_lengths`.
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.utils.validation import check_array
+
+__all__ = [
+    "check_readout",
+    "check_sequences",
+    "check_targets",
+    "sequence_lengths",
+]
+
+READOUTS = ("last", "all")
+
+
+def _describe(a):
+    return f"an array of shape {a.shape} and dtype {a.dtype}"
+
+
+def _check_real_dtype(a, name):
+    """Reject complex, object, string and other non-numeric dtypes by name."""
+    kind = a.dtype.kind
+    if kind == "c":
+        # scikit-learn's own convention (check_complex_data) is a ValueError.
+        raise ValueError(
+            f"{name} must hold real numbers; got complex values ({_describe(a)})."
+        )
+    if kind not in "biuf":
+        raise TypeError(
+            f"{name} must hold real numbers (a numeric dtype); got {_describe(a)}. "
+            "Convert it with np.asarray(..., dtype=float) if its entries are numbers."
+        )
+
+
+def check_readout(readout):
+    """Return ``readout`` if it is ``"last"`` or ``"all"``, else raise."""
+    if not isinstance(readout, str) or readout not in READOUTS:
+        raise ValueError(
+            f"readout must be one of {READOUTS}; got {readout!r}."
+        )
+    return readout
+
+
+def check_token_dim(token_dim):
+    """Return ``token_dim`` as an int (or None) after checking it."""
+    if token_dim is None:
+        return None
+    if isinstance(token_dim, (bool, np.bool_)) or not isinstance(
+        token_dim, numbers.Integral
+    ):
+        raise TypeError(
+            f"token_dim must be None or a positive integer; got {token_dim!r} "
+            f"of type {type(token_dim).__name__}."
+        )
+    if token_dim < 1:
+        raise ValueError(f"token_dim must be a positive integer; got {token_dim}.")
+    return int(token_dim)
+
+
+def _pad_list(seqs, name):
+    """Stack a list of (n_tokens_i, d) arrays into one NaN-padded 3-D array."""
+    arrays = []
+    for i, s in enumerate(seqs):
+        a = np.asarray(s)
+        if a.ndim != 2:
+            raise ValueError(
+                f"{name}[{i}] must be a 2-D array of shape (n_tokens, d) when {name} "
+                f"is a list of sequences; got {a.ndim}-D shape {a.shape}."
+            )
+        _check_real_dtype(a, f"{name}[{i}]")
+        arrays.append(a)
+    dims = {a.shape[1] for a in arrays}
+    if len(dims) > 1:
+        found = [a.shape[1] for a in arrays]
+        first = found[0]
+        bad = next(i for i, dd in enumerate(found) if dd != first)
+        raise ValueError(
+            f"every sequence in {name} must have the same token dimension d; "
+            f"{name}[0] has d={first} but {name}[{bad}] has d={found[bad]}."
+        )
+    n_tokens = max(a.shape[0] for a in arrays)
+    dtype = np.result_type(*arrays)
+    if dtype.kind != "f":
+        dtype = np.float64
+    if dtype not in (np.float32, np.float64):
+        dtype = np.float64
+    out = np.full((len(arrays), n_tokens, dims.pop()), np.nan, dtype=dtype)
+    for i, a in enumerate(arrays):
+        out[i, : a.shape[0]] = a
+    return out
+
+
+def sequence_lengths(X, *, name="X"):
+    """Number of real tokens in each padded sequence: the padding rule.
+
+    A token (a row ``X[i, t]``) is padding when all its entries are NaN, and
+    padding may only trail the sequence.  A partly-NaN token, a NaN token
+    followed by a real one, or a sequence with no real token is an error.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Floating-point sequences, possibly NaN-padded.
+    name : str, default="X"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    lengths : ndarray of shape (n_samples,), dtype int64
+        ``lengths[i]`` is the number of leading real tokens of ``X[i]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._validation import sequence_lengths
+    >>> X = np.ones((2, 3, 2))
+    >>> X[1, 2] = np.nan
+    >>> sequence_lengths(X)
+    array([3, 2])
+    """
+    n_samples, n_tokens, _ = X.shape
+    isnan = np.isnan(X)
+    pad = isnan.all(axis=2)
+    partial = isnan.any(axis=2) & ~pad
+    if partial.any():
+        i, t = np.argwhere(partial)[0]
+        raise ValueError(
+            f"{name}[{i}, {t}] is partly NaN: a token is either real (no NaN) or "
+            f"padding (all NaN), got {X[i, t]!r}."
+        )
+    real = ~pad
+    # Index one past the last real token; 0 when the sequence has none.
+    last_real = n_tokens - np.argmax(real[:, ::-1], axis=1)
+    lengths = np.where(real.any(axis=1), last_real, 0).astype(np.int64)
+    empty = lengths == 0
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(
+            f"{name}[{i}] is an empty sequence (every token is NaN padding); "
+            "each sequence needs at least one real token."
+        )
+    holes = real.sum(axis=1) != lengths
+    if holes.any():
+        i = int(np.flatnonzero(holes)[0])
+        t = int(np.flatnonzero(pad[i, : lengths[i]])[0])
+        raise ValueError(
+            f"{name}[{i}, {t}] is an all-NaN token followed by real tokens: NaN "
+            "padding may only appear at the end of a sequence."
+        )
+    return lengths
+
+
+def check_sequences(
+    X, *, token_dim=None, n_features=None, name="X", fill_value=0.0
+):
+    """Validate sequence input and return a padded 3-D float array and lengths.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d), list of (n_tokens_i, d) \
+arrays, or array-like of shape (n_samples, n_columns)
+        Sequences.  Trailing all-NaN tokens are padding.  A 2-D array holds
+        univariate sequences (d = 1) unless ``token_dim`` is given, in which
+        case each row is read as ``n_columns // token_dim`` tokens of size
+        ``token_dim``.
+    token_dim : int or None, default=None
+        Token dimension d for 2-D input.
+    n_features : int or None, default=None
+        Expected token dimension (as seen in ``fit``); None accepts any.
+    name : str, default="X"
+        Name of the argument, used in error messages.
+    fill_value : float or None, default=0.0
+        Value written into padded positions of the returned array; None keeps
+        the NaN padding.  Zero tokens add nothing to the attention sums, which
+        is why the numerical code asks for zeros.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_tokens, d), float64 or float32
+        A new array (the input is never modified).
+    lengths : ndarray of shape (n_samples,), int64
+        Number of real tokens of each sequence.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._validation import check_sequences
+    >>> X, lengths = check_sequences([np.ones((3, 2)), np.ones((1, 2))])
+    >>> X.shape, lengths
+    ((2, 3, 2), array([3, 1]))
+    """
+    token_dim = check_token_dim(token_dim)
+    if isinstance(X, (list, tuple)) and len(X) > 0 and all(
+        np.ndim(s) == 2 for s in X
+    ):
+        X = _pad_list(X, name)
+    elif hasattr(X, "dtype") and hasattr(X, "shape") and not hasattr(X, "iloc"):
+        X = np.asarray(X)
+        _check_real_dtype(X, name)
+    else:
+        try:
+            X = np.asarray(X)
+        except ValueError as exc:
+            raise ValueError(
+                f"{name} must be an array of shape (n_samples, n_tokens, d) or a list "
+                f"of 2-D arrays of shape (n_tokens_i, d); could not convert it: {exc}"
+            ) from None
+        if X.dtype.kind == "O" and X.ndim == 1 and len(X) > 0:
+            raise ValueError(
+                f"{name} is a ragged list whose items are not all 2-D arrays of shape "
+                f"(n_tokens_i, d); got items with shapes "
+                f"{[np.shape(s) for s in X[:3]]}..."
+            )
+        _check_real_dtype(X, name)
+    if X.ndim not in (2, 3):
+        raise ValueError(
+            f"{name} must be a 3-D array of shape (n_samples, n_tokens, d), a 2-D "
+            f"array of shape (n_samples, n_columns) or a list of 2-D arrays; got a "
+            f"{X.ndim}-D array of shape {X.shape}."
+        )
+    X = check_array(
+        X,
+        dtype=[np.float64, np.float32],
+        ensure_all_finite="allow-nan",
+        ensure_2d=False,
+        allow_nd=True,
+        ensure_min_samples=1,
+        ensure_min_features=1,
+        input_name=name,
+        copy=True,
+    )
+    if X.ndim == 2:
+        if token_dim is None:
+            X = X[:, :, None]
+        else:
+            if X.shape[1] % token_dim:
+                raise ValueError(
+                    f"token_dim={token_dim} must divide the number of columns of the "
+                    f"2-D {name}; got {X.shape[1]} columns."
+                )
+            X = X.reshape(X.shape[0], X.shape[1] // token_dim, token_dim)
+    if X.shape[1] == 0 or X.shape[2] == 0:
+        raise ValueError(
+            f"{name} must have at least one token and a token dimension d >= 1; got "
+            f"shape {X.shape}."
+        )
+    if n_features is not None and X.shape[2] != n_features:
+        raise ValueError(
+            f"{name} has tokens of dimension d={X.shape[2]}, but this estimator was "
+            f"fitted on tokens of dimension d={n_features}."
+        )
+    lengths = sequence_lengths(X, name=name)
+    if fill_value is not None:
+        X[np.isnan(X)] = fill_value
+    return np.ascontiguousarray(X), lengths
+
+
+def check_targets(y, lengths, n_tokens, *, readout, name="y"):
+    """Validate targets against validated sequences.
+
+    Parameters
+    ----------
+    y : array-like or list of array-likes
+        For ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
+        For ``readout="all"``: shape (n_samples, n_tokens) or
+        (n_samples, n_tokens, d_out), NaN at padded positions; or a list of
+        (n_tokens_i,) / (n_tokens_i, d_out) arrays.
+    lengths : ndarray of shape (n_samples,)
+        Sequence lengths from :func:`check_sequences`.
+    n_tokens : int
+        Padded length of the validated X.
+    readout : {"last", "all"}
+    name : str, default="y"
+
+    Returns
+    -------
+    Y : ndarray of float64
+        Shape (n_samples, d_out) for ``"last"``; (n_samples, n_tokens, d_out)
+        for ``"all"`` with zeros at padded positions.
+    single_output : bool
+        True when y had no output axis (predictions are then returned without
+        one too).
+    """
+    check_readout(readout)
+    n_samples = lengths.shape[0]
+    if y is None:
+        raise ValueError(
+            f"{name} is required: this estimator is supervised; got None."
+        )
+    if readout == "all" and isinstance(y, (list, tuple)) and len(y) > 0 and all(
+        np.ndim(s) in (1, 2) for s in y
+    ) and len({np.ndim(s) for s in y}) == 1 and len({np.shape(s)[0] for s in y}) > 1:
+        ragged = [np.asarray(s) for s in y]
+        for i, a in enumerate(ragged):
+            _check_real_dtype(a, f"{name}[{i}]")
+        trail = ragged[0].shape[1:]
+        Y = np.full((len(ragged), n_tokens) + trail, np.nan)
+        for i, a in enumerate(ragged):
+            if a.shape[1:] != trail or a.shape[0] > n_tokens:
+                raise ValueError(
+                    f"{name}[{i}] has shape {a.shape}; expected ({lengths[i] if i < n_samples else '?'},"
+                    f"{' ' + str(trail[0]) if trail else ''}) to match X[{i}]."
+                )
+            Y[i, : a.shape[0]] = a
+        y = Y
+    try:
+        y = np.asarray(y)
+    except ValueError as exc:
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    _check_real_dtype(y, name)
+    y = y.astype(np.float64, copy=True)
+    if np.isinf(y).any():
+        raise ValueError(f"Input {name} contains infinity.")
+    if y.shape[:1] != (n_samples,):
+        raise ValueError(
+            f"{name} must have one entry per sequence of X (n_samples={n_samples}); got "
+            f"shape {y.shape}."
+        )
+    if readout == "last":
+        if y.ndim not in (1, 2):
+            raise ValueError(
+                f"with readout='last', {name} must have shape (n_samples,) or "
+                f"(n_samples, d_out); got shape {y.shape}. Targets at every position "
+                "need readout='all'."
+            )
+        single = y.ndim == 1
+        Y = y[:, None] if single else y
+        if Y.shape[1] == 0:
+            raise ValueError(f"{name} must have at least one output; got shape {y.shape}.")
+        if np.isnan(Y).any():
+            i = int(np.flatnonzero(np.isnan(Y).any(axis=1))[0])
+            raise ValueError(
+                f"{name}[{i}] is NaN; with readout='last' every sequence needs a target."
+            )
+        return Y, single
+    if y.ndim not in (2, 3) or y.shape[1] != n_tokens:
+        raise ValueError(
+            f"with readout='all', {name} must have shape (n_samples, n_tokens) or "
+            f"(n_samples, n_tokens, d_out) = ({n_samples}, {n_tokens}[, d_out]), with NaN "
+            f"at padded positions; got shape {y.shape}."
+        )
+    single = y.ndim == 2
+    Y = y[:, :, None] if single else y
+    if Y.shape[2] == 0:
+        raise ValueError(f"{name} must have at least one output; got shape {y.shape}.")
+    real = np.arange(n_tokens)[None, :] < lengths[:, None]
+    nan = np.isnan(Y)
+    bad = nan.any(axis=2) & real
+    if bad.any():
+        i, t = np.argwhere(bad)[0]
+        raise ValueError(
+            f"{name}[{i}, {t}] is NaN but X[{i}, {t}] is a real token; only padded "
+            "positions may have NaN targets."
+        )
+    stray = ~nan.all(axis=2) & ~real
+    if stray.any():
+        i, t = np.argwhere(stray)[0]
+        raise ValueError(
+            f"{name}[{i}, {t}] holds a target but X[{i}, {t}] is padding; targets at "
+            "padded positions must be NaN (is y aligned with X?)."
+        )
+    Y[~real] = 0.0
+    return Y, single
