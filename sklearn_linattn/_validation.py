@@ -8,6 +8,7 @@ reports a malformed argument with the same words.  The padding rule
 import numbers
 
 import numpy as np
+import scipy.sparse
 from sklearn.utils.validation import check_array
 
 __all__ = [
@@ -30,7 +31,8 @@ def _check_real_dtype(a, name):
     if kind == "c":
         # scikit-learn's own convention (check_complex_data) is a ValueError.
         raise ValueError(
-            f"{name} must hold real numbers; got complex values ({_describe(a)})."
+            f"Complex data not supported: {name} must hold real numbers; got "
+            f"complex values ({_describe(a)})."
         )
     if kind not in "biuf":
         raise TypeError(
@@ -197,6 +199,9 @@ arrays, or array-like of shape (n_samples, n_columns)
     ((2, 3, 2), array([3, 1]))
     """
     token_dim = check_token_dim(token_dim)
+    if scipy.sparse.issparse(X):
+        # check_array words the refusal of sparse input the way sklearn users know.
+        check_array(X, accept_sparse=False, input_name=name)
     if isinstance(X, (list, tuple)) and len(X) > 0 and all(
         np.ndim(s) == 2 for s in X
     ):
@@ -224,6 +229,11 @@ arrays, or array-like of shape (n_samples, n_columns)
             f"{name} must be a 3-D array of shape (n_samples, n_tokens, d), a 2-D "
             f"array of shape (n_samples, n_columns) or a list of 2-D arrays; got a "
             f"{X.ndim}-D array of shape {X.shape}."
+            + (
+                " Reshape your data: X.reshape(1, -1, 1) for one univariate sequence."
+                if X.ndim == 1
+                else ""
+            )
         )
     X = check_array(
         X,
@@ -292,7 +302,7 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y"):
     n_samples = lengths.shape[0]
     if y is None:
         raise ValueError(
-            f"{name} is required: this estimator is supervised; got None."
+            f"this estimator requires y to be passed, but the target {name} is None."
         )
     if readout == "all" and isinstance(y, (list, tuple)) and len(y) > 0 and all(
         np.ndim(s) in (1, 2) for s in y

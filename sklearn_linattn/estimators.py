@@ -23,8 +23,8 @@ __all__ = ["LinearAttentionFeatures", "LinearAttentionRegressor"]
 
 def _sequence_tags(tags):
     tags.input_tags.three_d_array = True
-    # NaN marks padding at the end of a sequence; holes are still rejected.
-    tags.input_tags.allow_nan = True
+    # NaN only marks padding at the end of a sequence; it never stands for a
+    # missing value, so allow_nan stays False.
     return tags
 
 
@@ -293,12 +293,17 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
         self.coef_ = solution.coef
         self.feature_rank_ = solution.rank
         V, Q = heads_from_coefficients(self.coef_, d)
+        self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
         if self.n_heads is not None and V.shape[0] > self.n_heads:
             V, Q, self.compression_residual_ = compress_heads(
                 self.coef_, d, self.n_heads, random_state=self.random_state
             )
-            self._log(f"compressed {solution.coef.shape} coefficients to {self.n_heads} heads", start)
+            self._log(
+                f"compressed to {self.n_heads} heads, relative coefficient residual "
+                f"{self.compression_residual_:.2e}",
+                start,
+            )
         self.value_matrices_ = V
         self.key_query_matrices_ = Q
         self.n_heads_ = V.shape[0]
@@ -398,4 +403,5 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
         # Tabular data is read as univariate sequences (d = 1): a cubic model
         # of them cannot fit arbitrary regression data well.
         tags.regressor_tags.poor_score = True
+        tags.target_tags.multi_output = True
         return tags
