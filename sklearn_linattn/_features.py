@@ -23,6 +23,31 @@ __all__ = [
 ]
 
 
+# Transient arrays of one chunk of samples hold at most this many float64
+# values (2**22 values, 32 MiB).
+_CHUNK_VALUES = 2**22
+
+
+def iter_sample_chunks(n_samples, values_per_sample, budget=_CHUNK_VALUES):
+    """Slices of consecutive samples whose work arrays fit the memory budget.
+
+    Parameters
+    ----------
+    n_samples : int
+    values_per_sample : int
+        Number of float64 values one sample needs in the largest work array.
+    budget : int
+        Number of values a chunk may use.
+
+    Yields
+    ------
+    slice
+    """
+    step = max(1, budget // max(1, int(values_per_sample)))
+    for start in range(0, n_samples, step):
+        yield slice(start, min(start + step, n_samples))
+
+
 def pair_indices(d):
     """The folding rule: index pairs (j, k), j <= k, in feature order.
 

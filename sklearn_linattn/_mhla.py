@@ -17,7 +17,7 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from ._features import n_attention_features, pair_indices
+from ._features import iter_sample_chunks, pair_indices
 
 __all__ = [
     "attention_coefficients",
@@ -80,21 +80,48 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
     array([[0., 8.]])
     """
     V, Q = _check_heads(V, Q)
-    X = np.asarray(X, dtype=np.float64)
-    n_samples, n_tokens, _ = X.shape
+    X = np.asarray(X)
+    n_samples, n_tokens, d = X.shape
     if lengths is None:
         lengths = np.full(n_samples, n_tokens)
+    n_heads, d_out = V.shape[:2]
     if readout == "last":
-        x_last = X[np.arange(n_samples), lengths - 1]
-        q = np.einsum("hkl,nl->nhk", Q, x_last)
-        scores = np.matmul(q, X.transpose(0, 2, 1))  # (n, h, t): x_t^T Q_h x_last
-        ctx = np.matmul(scores, X)  # (n, h, d): sum_t x_t score_t
-        return np.einsum("haj,nhj->na", V, ctx)
-    # Causal: y_t = sum_h V_h S_t Q_h x_t with S_t the running second moment.
-    q = np.einsum("hkl,ntl->nthk", Q, X)
-    S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
-    ctx = np.einsum("ntjk,nthk->nthj", S, q)
-    y = np.einsum("haj,nthj->nta", V, ctx)
+        out = np.empty((n_samples, d_out))
+        per_sample = n_tokens * (d + n_heads)
+    else:
+        out = np.empty((n_samples, n_tokens, d_out))
+        # Running d x d moments, or the masked n_tokens x n_tokens scores per head.
+        per_sample = n_tokens * min(d * d, n_heads * n_tokens) + n_tokens * n_heads * d
+    for sl in iter_sample_chunks(n_samples, per_sample):
+        Xc = np.asarray(X[sl], dtype=np.float64)
+        if readout == "last":
+            out[sl] = _forward_last(Xc, V, Q, lengths[sl])
+        else:
+            out[sl] = _forward_all(Xc, V, Q, lengths[sl])
+    return out
+
+
+def _forward_last(X, V, Q, lengths):
+    x_last = X[np.arange(X.shape[0]), lengths - 1]
+    q = np.einsum("hkl,nl->nhk", Q, x_last)
+    scores = np.matmul(q, X.transpose(0, 2, 1))  # (n, h, t): x_t^T Q_h x_last
+    ctx = np.matmul(scores, X)  # (n, h, d): sum_t x_t score_t
+    return np.einsum("haj,nhj->na", V, ctx)
+
+
+def _forward_all(X, V, Q, lengths):
+    n_samples, n_tokens, d = X.shape
+    q = np.einsum("hkl,ntl->nhtk", Q, X)  # Q_h x_t
+    if d * d <= Q.shape[0] * n_tokens:
+        # y_t = sum_h V_h S_t Q_h x_t with S_t the running second moment.
+        S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
+        ctx = np.einsum("ntjk,nhtk->nhtj", S, q)
+    else:
+        # Causal scores x_s^T Q_h x_t for s <= t, then their weighted sum of x_s.
+        scores = np.matmul(q, X.transpose(0, 2, 1)[:, None])  # (n, h, t, s)
+        scores *= np.tril(np.ones((n_tokens, n_tokens)))
+        ctx = np.matmul(scores, X[:, None])  # (n, h, t, d)
+    y = np.einsum("haj,nhtj->nta", V, ctx)
     y[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
     return y
 

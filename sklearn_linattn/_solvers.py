@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.linalg
 
-from ._features import attention_features, n_attention_features, prefix_features
+from ._features import (
+    attention_features,
+    iter_sample_chunks,
+    n_attention_features,
+    prefix_features,
+)
 
 __all__ = [
     "SOLVERS",
@@ -25,8 +30,6 @@ __all__ = [
 
 SOLVERS = ("auto", "eigh", "svd")
 
-# Feature rows per chunk: 2**21 floats (16 MiB) bounds the transient memory.
-_CHUNK_VALUES = 2**21
 # "auto" keeps the design matrix for the SVD solver up to this many floats.
 _SVD_MAX_VALUES = 2**24
 
@@ -84,12 +87,6 @@ def feature_rows(X, lengths, Y=None, *, readout="last"):
     return H[real], None if Y is None else Y[real]
 
 
-def _iter_chunks(n_samples, rows_per_sample, psi):
-    step = max(1, _CHUNK_VALUES // max(1, rows_per_sample * psi))
-    for start in range(0, n_samples, step):
-        yield slice(start, min(start + step, n_samples))
-
-
 @dataclass
 class SufficientStatistics:
     """Running ``Phi^T Phi``, ``Phi^T Y`` and target moments over feature rows.
@@ -135,7 +132,7 @@ class SufficientStatistics:
         if np.dtype(X.dtype).itemsize < self.dtype.itemsize:
             self.dtype = np.dtype(X.dtype)
         rows_per_sample = 1 if readout == "last" else X.shape[1]
-        for sl in _iter_chunks(X.shape[0], rows_per_sample, self.n_features):
+        for sl in iter_sample_chunks(X.shape[0], rows_per_sample * self.n_features):
             Xc = np.asarray(X[sl], dtype=np.float64)
             Yc = None if Y is None else Y[sl]
             Phi, Yr = feature_rows(Xc, lengths[sl], Yc, readout=readout)
