@@ -18,6 +18,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._features import iter_sample_chunks, pair_indices
+from ._validation import check_lengths, check_readout, check_sequences
 
 __all__ = [
     "attention_coefficients",
@@ -51,14 +52,18 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Zero-padded sequences (see ``lengths``).
+    X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Sequences.  Without ``lengths``, trailing all-NaN tokens are padding
+        (the package's padding rule).
     V : array-like of shape (n_heads, d_out, d)
         Value matrices.
     Q : array-like of shape (n_heads, d, d)
         Fused key-query matrices.
-    lengths : ndarray of shape (n_samples,) or None
-        Number of real tokens per sequence; None means every token is real.
+    lengths : array-like of int, shape (n_samples,), or None
+        Number of real tokens per sequence, for callers that keep lengths
+        next to a NaN-free array: tokens at positions ``>= lengths[i]`` are
+        then ignored whatever they hold.  None reads lengths from the NaN
+        padding.
     readout : {"last", "all"}, default="last"
         ``"last"``: the output at the last real token.  ``"all"``: the causal
         output at every position.
@@ -80,10 +85,12 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
     array([[0., 8.]])
     """
     V, Q = _check_heads(V, Q)
-    X = np.asarray(X)
-    n_samples, n_tokens, d = X.shape
+    check_readout(readout)
     if lengths is None:
-        lengths = np.full(n_samples, n_tokens)
+        X, lengths = check_sequences(X, n_features=V.shape[2])
+    else:
+        X, lengths = check_lengths(X, lengths, n_features=V.shape[2])
+    n_samples, n_tokens, d = X.shape
     n_heads, d_out = V.shape[:2]
     if readout == "last":
         out = np.empty((n_samples, d_out))

@@ -12,6 +12,7 @@ import scipy.sparse
 from sklearn.utils.validation import check_array
 
 __all__ = [
+    "check_lengths",
     "check_readout",
     "check_sequences",
     "check_targets",
@@ -270,6 +271,64 @@ arrays, or array-like of shape (n_samples, n_columns)
     if fill_value is not None:
         X[np.isnan(X)] = fill_value
     return np.ascontiguousarray(X), lengths
+
+
+def check_lengths(X, lengths, *, n_features=None, name="X"):
+    """Validate a NaN-free 3-D array with explicit lengths; zero its padding.
+
+    For callers that keep sequence lengths beside the data instead of NaN
+    padding.  Tokens at positions ``>= lengths[i]`` are ignored: the returned
+    array holds zeros there (a copy is made only when needed).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d)
+    lengths : array-like of int, shape (n_samples,)
+        Each between 1 and n_tokens.
+    n_features : int or None
+        Expected token dimension d.
+    name : str, default="X"
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_tokens, d), float64 or float32
+    lengths : ndarray of shape (n_samples,), int64
+    """
+    X = np.asarray(X)
+    _check_real_dtype(X, name)
+    if X.ndim != 3:
+        raise ValueError(
+            f"{name} must be a 3-D array of shape (n_samples, n_tokens, d) when lengths "
+            f"are given; got shape {X.shape}."
+        )
+    if n_features is not None and X.shape[2] != n_features:
+        raise ValueError(
+            f"{name} has tokens of dimension d={X.shape[2]}; expected d={n_features}."
+        )
+    raw = np.asarray(lengths)
+    if raw.shape != (X.shape[0],) or raw.dtype.kind not in "iu":
+        raise ValueError(
+            f"lengths must be an integer array of shape ({X.shape[0]},); got "
+            f"{_describe(raw)}."
+        )
+    lengths = raw.astype(np.int64)
+    if X.shape[0] and (lengths.min() < 1 or lengths.max() > X.shape[1]):
+        raise ValueError(
+            f"lengths must lie between 1 and n_tokens={X.shape[1]}; got values from "
+            f"{lengths.min()} to {lengths.max()}."
+        )
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    pad = np.arange(X.shape[1])[None, :] >= lengths[:, None]
+    if pad.any() and np.any(X[pad] != 0):
+        X = X.copy()
+        X[pad] = 0.0
+    real = X[~pad]
+    if not np.isfinite(real).all():
+        raise ValueError(
+            f"Input {name} contains NaN or infinity inside the given lengths."
+        )
+    return X, lengths
 
 
 def check_targets(y, lengths, n_tokens, *, readout, name="y"):
