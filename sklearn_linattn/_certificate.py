@@ -1,0 +1,669 @@
+"""The identifiability certificate of the paper's Lemma A.3, and what follows.
+
+Every one-layer multi-head linear attention computes ``y = C @ H(Z)`` for its
+folded coefficients C (DESIGN.md section 1).  Two empirical risk minimizers
+therefore differ by coefficients in the null space of the feature rows, and
+they compute the same function on *every* input exactly when that null space
+is trivial, i.e. when the second-moment matrix
+
+    Lambda_D = (1/N) sum_i H(Z_i) H(Z_i)^T          (psi x psi)
+
+of the N training feature rows has a positive smallest eigenvalue.  This
+module turns the spectrum of ``Phi^T Phi`` that :func:`~._solvers.solve`
+already computes into:
+
+- the verdict (``bool(certificate)``), using the one zero-eigenvalue rule
+  :func:`~._solvers.eigenvalue_tolerance` that the fit's pseudo-inverse uses;
+- a witness of a failed certificate: two MHLAs that agree on the training
+  inputs and disagree on a given input;
+- per-input coverage: inputs whose features lie in the training span, where
+  all minimizers agree even when the certificate fails;
+- a bound on how far two approximate minimizers can disagree at an input.
+
+Mapping to the paper: ``X[i]`` (n_tokens x d) is the paper's ``Z_i^T``.
+"""
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+from ._features import (
+    attention_features,
+    iter_sample_chunks,
+    n_attention_features,
+    prefix_features,
+)
+from ._mhla import heads_from_coefficients
+from ._solvers import solve
+from ._validation import check_readout, check_sequences, check_token_dim
+
+__all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability"]
+
+# Random candidate inputs tried by ``witness``; the one whose features stick
+# out of the training span the most (relative to their norm) is returned.
+_WITNESS_CANDIDATES = 16
+
+
+def _check_tol(tol):
+    if tol is None:
+        return None
+    if isinstance(tol, (bool, np.bool_)) or not isinstance(tol, numbers.Real):
+        raise TypeError(
+            f"tol must be None or a non-negative real number; got {tol!r} of type "
+            f"{type(tol).__name__}."
+        )
+    if not np.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be None or a finite number >= 0; got {tol!r}.")
+    return float(tol)
+
+
+def _check_epsilon(epsilon):
+    if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(
+            f"epsilon must be a non-negative real number (an excess empirical risk); "
+            f"got {epsilon!r} of type {type(epsilon).__name__}."
+        )
+    if not np.isfinite(epsilon) or epsilon < 0:
+        raise ValueError(f"epsilon must be a finite number >= 0; got {epsilon!r}.")
+    return float(epsilon)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Witness:
+    """Two attention models that a failed certificate cannot tell apart.
+
+    Returned by :meth:`IdentifiabilityCertificate.witness`.  Both models give
+    the same outputs on every training input (to rounding: their coefficient
+    difference lies in the numerical null space of the training features),
+    and clearly different outputs at the last position of ``input``.
+
+    Attributes
+    ----------
+    model_a : tuple (V_a, Q_a)
+        ``V_a`` of shape (n_heads_a, d_out, d) and ``Q_a`` of shape
+        (n_heads_a, d, d), for :func:`~sklearn_linattn.mhla_forward`.
+    model_b : tuple (V_b, Q_b)
+        The second model, same layout (its head count may differ).
+    input : ndarray of shape (n_tokens, d)
+        One sequence on which the two models disagree.
+    null_vector : ndarray of shape (psi,)
+        Unit vector of folded coefficients, in the null space of the training
+        features, along which the two models differ: ``p(model_b) - p(model_a)``
+        is a multiple of it in every output row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import certify_identifiability, mhla_forward
+    >>> X = np.random.default_rng(0).normal(size=(14, 4, 3))  # 14 < psi = 18
+    >>> w = certify_identifiability(X).witness(random_state=0)
+    >>> (Va, Qa), (Vb, Qb) = w.model_a, w.model_b
+    >>> bool(np.allclose(mhla_forward(X, Va, Qa), mhla_forward(X, Vb, Qb)))
+    True
+    >>> Z = w.input[None]
+    >>> bool(np.allclose(mhla_forward(Z, Va, Qa), mhla_forward(Z, Vb, Qb)))
+    False
+    """
+
+    model_a: tuple
+    model_b: tuple
+    input: np.ndarray
+    null_vector: np.ndarray
+
+    def __repr__(self):
+        return (
+            f"Witness(model_a={self.model_a[0].shape[0]} heads, "
+            f"model_b={self.model_b[0].shape[0]} heads, "
+            f"input of shape {self.input.shape})"
+        )
+
+
+class IdentifiabilityCertificate:
+    """Whether the training inputs identify every linear-attention model that fits them.
+
+    Do not build one directly: use :func:`certify_identifiability`, or read
+    ``LinearAttentionRegressor.certificate_`` after a fit.  The object is
+    truthy if and only if the certificate holds.
+
+    Attributes
+    ----------
+    identifiable : bool
+        ``min_eigenvalue > tol``: every empirical risk minimizer computes the
+        same function on every input of every length.
+    min_eigenvalue : float
+        Smallest eigenvalue of ``Lambda_D = (1/N) Phi^T Phi``, with ``Phi``
+        the N feature rows (the paper's Algorithm 2 features, so the number
+        is comparable with the paper's).
+    max_eigenvalue : float
+        Largest eigenvalue of ``Lambda_D``.
+    eigenvalues : ndarray of shape (psi,)
+        All eigenvalues of ``Lambda_D``, in decreasing order (clipped at 0).
+    tol : float
+        The threshold used: eigenvalues ``<= tol`` count as zero.  By default
+        ``max_eigenvalue * psi * max(eps64, eps_in**2)``, see Notes of
+        :func:`certify_identifiability`.
+    rank : int
+        Number of eigenvalues above ``tol``; ``rank == n_features`` iff
+        identifiable.
+    n_features : int
+        Number of cubic features psi = d**2 (d + 1) / 2.
+    n_features_in : int
+        Token dimension d.
+    n_samples : int
+        Number of training sequences.
+    n_rows : int
+        Number N of feature rows: ``n_samples`` for ``readout="last"``, the
+        number of real tokens (one row per prefix) for ``readout="all"``.
+    readout : {"last", "all"}
+        Which feature rows the certificate is about.
+    dtype : numpy dtype
+        Least precise floating dtype of the training sequences.
+
+    See Also
+    --------
+    certify_identifiability : build a certificate from sequences.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import certify_identifiability
+    >>> cert = certify_identifiability(np.random.default_rng(0).normal(size=(40, 5, 3)))
+    >>> bool(cert), cert.rank, cert.n_features
+    (True, 18, 18)
+    """
+
+    def __init__(
+        self,
+        eigenvalues,
+        eigenvectors,
+        *,
+        n_rows,
+        n_samples,
+        n_features_in,
+        readout,
+        dtype,
+        tol,
+        tol_is_default,
+        rounding_tol=None,
+        token_dim=None,
+        n_tokens=None,
+        coef=None,
+    ):
+        self.eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
+        self._eigenvectors = np.asarray(eigenvectors, dtype=np.float64)
+        self.n_rows = int(n_rows)
+        self.n_samples = int(n_samples)
+        self.readout = readout
+        self.dtype = np.dtype(dtype)
+        self.tol = float(tol)
+        self._tol_is_default = bool(tol_is_default)
+        self._token_dim = token_dim
+        self.n_features = self.eigenvalues.shape[0]
+        self.n_features_in = int(n_features_in)
+        if n_attention_features(self.n_features_in) != self.n_features:
+            raise ValueError(
+                f"{self.n_features} eigenvalues do not match token dimension "
+                f"d={self.n_features_in} (psi = {n_attention_features(self.n_features_in)})."
+            )
+        self._n_tokens = n_tokens
+        self._coef = None if coef is None else np.array(coef, dtype=np.float64)
+        keep = self.eigenvalues > self.tol
+        self.rank = int(np.count_nonzero(keep))
+        self.max_eigenvalue = float(self.eigenvalues[0])
+        self.min_eigenvalue = float(self.eigenvalues[-1])
+        self.identifiable = bool(self.min_eigenvalue > self.tol)
+        self._row_basis = self._eigenvectors[:, keep]
+        self._row_eigenvalues = self.eigenvalues[keep]
+        self._null_basis = self._eigenvectors[:, ~keep]
+        # Coverage rule (see ``covers``): null-space energy allowed at an input
+        # with features h is  max(tol, r) * n_rows + (r / lambda_max) * ||h||^2,
+        # with r the rounding level of the package's rule (so that a user's
+        # tol=0 still covers the training inputs, whose computed null
+        # components are rounding, not zero).
+        rounding = self.tol if rounding_tol is None else float(rounding_tol)
+        self._null_abs = max(self.tol, rounding) * self.n_rows
+        self._null_rel = rounding / self.max_eigenvalue if self.max_eigenvalue > 0 else 0.0
+
+    @classmethod
+    def _from_solution(
+        cls, solution, stats, *, readout, tol=None, token_dim=None, n_tokens=None, coef=None
+    ):
+        """Certificate from the spectrum a fit already computed (no second pass).
+
+        Parameters
+        ----------
+        solution : SpectralSolution
+            From :func:`sklearn_linattn._solvers.solve`: eigenvalues (decreasing)
+            and eigenvectors of ``Phi^T Phi`` and the tolerance on them.
+        stats : SufficientStatistics
+            The statistics the solution came from (row and sample counts, dtype).
+        readout : {"last", "all"}
+            Readout the feature rows were built for.
+        tol : float or None
+            Threshold on the eigenvalues of ``Lambda_D``; None uses the fit's
+            ``solution.tol / n_rows`` (the same rule, in Lambda_D's units).
+        token_dim : int or None
+            How 2-D input to ``covers`` / ``error_bound`` is reshaped.
+        n_tokens : int or None
+            Length of the witness input (default: the token dimension plus one).
+        coef : ndarray of shape (d_out, psi) or None
+            Fitted coefficients; when given, the witness's ``model_a`` is this
+            fitted model.
+        """
+        n_rows = stats.n_rows
+        eigenvalues = np.asarray(solution.eigenvalues, dtype=np.float64) / n_rows
+        if tol is None:
+            tol_used, is_default = solution.tol / n_rows, True
+        else:
+            tol_used, is_default = tol, False
+        return cls(
+            eigenvalues,
+            solution.eigenvectors,
+            n_rows=n_rows,
+            n_samples=stats.n_samples,
+            n_features_in=stats.d,
+            readout=readout,
+            dtype=stats.dtype,
+            tol=tol_used,
+            tol_is_default=is_default,
+            rounding_tol=solution.tol / n_rows,
+            token_dim=token_dim,
+            n_tokens=n_tokens,
+            coef=coef,
+        )
+
+    # ------------------------------------------------------------------ display
+
+    def __bool__(self):
+        return self.identifiable
+
+    def __repr__(self):
+        return (
+            f"IdentifiabilityCertificate(identifiable={self.identifiable}, "
+            f"min_eigenvalue={self.min_eigenvalue:.3g}, tol={self.tol:.3g}, "
+            f"rank={self.rank}, n_features={self.n_features}, "
+            f"n_samples={self.n_samples}, readout={self.readout!r})"
+        )
+
+    def _tol_rule(self):
+        if not self._tol_is_default:
+            return "user-supplied"
+        eps64 = float(np.finfo(np.float64).eps)
+        eps_in = float(np.finfo(self.dtype).eps) if self.dtype.kind == "f" else 0.0
+        if eps_in**2 > eps64:
+            return f"lambda_max * psi * eps({self.dtype.name})**2, eps**2 = {eps_in**2:.2g}"
+        return f"lambda_max * psi * eps(float64), eps = {eps64:.2g}"
+
+    def summary(self):
+        """A readable multi-line report of the certificate.
+
+        Returns
+        -------
+        text : str
+            Verdict, what it means, the numbers behind it and what to do next;
+            ``print`` it.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import certify_identifiability
+        >>> cert = certify_identifiability(np.random.default_rng(0).normal(size=(14, 4, 3)))
+        >>> print(cert.summary())  # doctest: +ELLIPSIS
+        Identifiability certificate: NOT IDENTIFIABLE
+          4 of the 18 coefficient directions are not determined by these inputs:
+        ...
+          rank         14 of psi = 18
+          data         14 sequences of d = 3, N = 14 feature rows (readout='last')
+        ...
+        """
+        psi = self.n_features
+        lines = []
+        if self.identifiable:
+            lines += [
+                "Identifiability certificate: IDENTIFIABLE",
+                "  Every empirical risk minimizer computes the same function on every input",
+                "  of every length (Lemma A.3 of Yau et al.).",
+            ]
+        else:
+            k = psi - self.rank
+            are = "is" if k == 1 else "are"
+            lines += [
+                "Identifiability certificate: NOT IDENTIFIABLE",
+                f"  {k} of the {psi} coefficient directions {are} not determined by these inputs:",
+                "  models that fit the training data equally well can disagree on new inputs.",
+            ]
+        lines += [
+            f"  lambda_min   {self.min_eigenvalue:<10.4g}  smallest eigenvalue of Lambda_D = "
+            "Phi^T Phi / N",
+            f"  lambda_max   {self.max_eigenvalue:<10.4g}",
+            f"  tol          {self.tol:<10.4g}  {self._tol_rule()}",
+            f"  rank         {self.rank} of psi = {psi}",
+            f"  data         {self.n_samples} sequences of d = {self.n_features_in}, "
+            f"N = {self.n_rows} feature rows (readout={self.readout!r})",
+        ]
+        if not self.identifiable:
+            lines += [
+                "  next steps   witness() builds two such models; covers(X) tells which",
+                "               inputs are still certified; more varied inputs may help",
+            ]
+            if self.n_rows < psi:
+                lines += [f"               (N >= psi = {psi} feature rows at least)."]
+            else:
+                lines[-1] += "."
+        return "\n".join(line.rstrip() for line in lines)
+
+    # ------------------------------------------------------------------ per input
+
+    def _input_rows(self, X_new):
+        """Per sequence of X_new: covered (bool) and the largest leverage."""
+        X, lengths = check_sequences(
+            X_new, token_dim=self._token_dim, n_features=self.n_features_in, name="X_new"
+        )
+        n_samples = X.shape[0]
+        rows_per_sample = 1 if self.readout == "last" else X.shape[1]
+        covered = np.empty(n_samples, dtype=bool)
+        leverage = np.empty(n_samples)
+        for sl in iter_sample_chunks(n_samples, rows_per_sample * self.n_features):
+            Xc = np.asarray(X[sl], dtype=np.float64)
+            if self.readout == "last":
+                H = attention_features(Xc, lengths[sl])[:, None, :]
+            else:
+                H = prefix_features(Xc, lengths[sl])  # padded rows are zero
+            null = H @ self._null_basis
+            row_cov = np.einsum("ntk,ntk->nt", null, null) <= (
+                self._null_abs + self._null_rel * np.einsum("ntp,ntp->nt", H, H)
+            )
+            proj = H @ self._row_basis
+            lev = np.einsum("ntr,ntr->nt", proj, proj / self._row_eigenvalues)
+            covered[sl] = row_cov.all(axis=1)
+            leverage[sl] = np.where(row_cov, lev, np.inf).max(axis=1)
+        return covered, leverage
+
+    def covers(self, X_new):
+        """Which inputs every empirical risk minimizer agrees on.
+
+        An input Z is covered when its feature vector H(Z) lies in the span of
+        the training feature rows; then ``<c1 - c2, H(Z)> = 0`` for any two
+        minimizers c1, c2, whether or not the global certificate holds.
+
+        Parameters
+        ----------
+        X_new : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of any length; trailing all-NaN tokens are padding.
+
+        Returns
+        -------
+        covered : ndarray of bool, shape (n_samples,)
+            With ``readout="last"``: whether H(Z) of the whole sequence is in
+            the training span.  With ``readout="all"``: whether the features
+            of *every* prefix are, i.e. whether all minimizers agree at every
+            position of the sequence.
+
+        Notes
+        -----
+        "In the span" uses the certificate's tolerance.  With ``U_0`` the
+        eigenvectors of ``Lambda_D`` whose eigenvalues are ``<= tol``, an
+        input with features h is covered when
+
+            ||U_0^T h||**2 <= tol * N + (r / lambda_max) * ||h||**2,
+
+        with ``r`` the threshold of the package's rule (``r = tol`` unless a
+        ``tol`` was passed).  The first term is the most any training row can
+        have in those directions (``(u^T h_i)**2 <= u^T Phi^T Phi u <= N *
+        tol``), so training inputs are always covered; the second allows
+        rounding relative to the input itself, for inputs much larger than the
+        training data.  Both scale like ``X**6``, so the answer does not depend
+        on units.  A ``tol`` below ``r`` (e.g. ``tol=0``) is raised to ``r`` in
+        the first term, since computed null components are never exactly zero.
+        When the certificate holds there are no such directions and every input
+        is covered.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import certify_identifiability
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(30, 4, 3))
+        >>> X[:, :, 2] = 0.0  # the third coordinate never varies in training
+        >>> cert = certify_identifiability(X)
+        >>> bool(cert)
+        False
+        >>> X_new = rng.normal(size=(2, 7, 3))
+        >>> X_new[0, :, 2] = 0.0  # inside the training span, longer sequence
+        >>> cert.covers(X_new)
+        array([ True, False])
+        """
+        return self._input_rows(X_new)[0]
+
+    def error_bound(self, X_new, epsilon):
+        """How far two epsilon-approximate empirical risk minimizers can disagree.
+
+        Parameters
+        ----------
+        X_new : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Inputs at which to bound the disagreement.
+        epsilon : float >= 0
+            Excess empirical risk allowed to each model: ``R(c) - min R <=
+            epsilon`` with ``R(c) = (1/N) sum_rows ||y_row - c H_row||**2``,
+            the squared error summed over outputs and averaged over the N
+            training feature rows (for one output, the mean squared error of
+            :func:`sklearn.metrics.mean_squared_error`; with ``readout="all"``
+            averaged over every real position).
+
+        Returns
+        -------
+        bound : ndarray of shape (n_samples,)
+            ``bound[i] >= ||f_1(Z_i) - f_2(Z_i)||`` (Euclidean norm over
+            outputs) for any two linear-attention models ``f_1, f_2`` whose
+            excess risk is at most epsilon.  ``readout="all"``: the largest
+            bound over the positions of the sequence.  ``inf`` at inputs that
+            are not covered (see :meth:`covers`), where exact minimizers
+            already disagree arbitrarily.
+
+        Notes
+        -----
+        The empirical risk is quadratic, so at any minimizer ``c*`` the excess
+        risk of ``c`` is exactly ``(c - c*)^T Lambda_D (c - c*)`` (per output,
+        summed).  Two models within epsilon of the minimum thus satisfy
+        ``||c1 - c2||_Lambda <= 2 sqrt(epsilon)``, and for h = H(Z) in the
+        span of Lambda_D, Cauchy-Schwarz in the Lambda_D metric gives
+
+            ||f_1(Z) - f_2(Z)|| <= 2 sqrt(epsilon * h^T Lambda_D^+ h)
+
+        which is what is returned (``Lambda_D^+`` over eigenvalues above
+        ``tol``).  It is attained by some pair, and it implies the coarser
+        forms ``2 sqrt(epsilon / lambda_min) ||H(Z)||`` and, because
+        ``||H(Z)|| <= ||S||_F ||x_last|| <= ||Z||_F**3``,
+        ``2 sqrt(epsilon / lambda_min) ||Z||_F**3``.  Squared, that is the
+        paper's Lemma A.7, ``(epsilon / lambda_min) ||Z||_F**6``, with a
+        factor 4 for two models each within epsilon of the minimum.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import certify_identifiability
+        >>> rng = np.random.default_rng(0)
+        >>> cert = certify_identifiability(rng.normal(size=(200, 5, 2)))
+        >>> bound = cert.error_bound(rng.normal(size=(3, 5, 2)), epsilon=1e-6)
+        >>> bound.shape, bool(np.all(np.isfinite(bound)))
+        ((3,), True)
+        """
+        epsilon = _check_epsilon(epsilon)
+        covered, leverage = self._input_rows(X_new)
+        out = np.full(covered.shape, np.inf)
+        out[covered] = 2.0 * np.sqrt(epsilon * leverage[covered])
+        return out
+
+    # ------------------------------------------------------------------ witness
+
+    def witness(self, random_state=None):
+        """Two models that fit the training inputs identically but differ elsewhere.
+
+        Parameters
+        ----------
+        random_state : int, RandomState instance or None, default=None
+            Seeds the candidate inputs (and the base model when the
+            certificate does not come from a fitted regressor).
+
+        Returns
+        -------
+        witness : Witness
+            ``model_a`` and ``model_b`` as ``(V, Q)`` pairs and one ``input``
+            sequence.  Their coefficients differ by a multiple of a null
+            vector w of the training features, so their outputs on every
+            training input agree to rounding (up to ``sqrt(N * tol) * ||w||``
+            in exact terms); at the last position of ``input`` they differ by
+            ``a * ||H(input)||`` in every output, with ``a`` the largest row
+            norm of model_a's coefficients, as large as model_a's own output
+            there can be.  ``model_a`` is the fitted model when the
+            certificate is a regressor's ``certificate_``, otherwise a random
+            one.  The input is never covered (:meth:`covers`).
+
+        Raises
+        ------
+        ValueError
+            If the certificate holds: then no two minimizers differ anywhere.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import certify_identifiability
+        >>> X = np.random.default_rng(0).normal(size=(30, 4, 3))
+        >>> X[:, :, 2] = 0.0
+        >>> w = certify_identifiability(X).witness(random_state=0)
+        >>> w.input.shape
+        (4, 3)
+        >>> bool(certify_identifiability(X).covers(w.input[None])[0])
+        False
+        """
+        if self.identifiable:
+            raise ValueError(
+                "no witness exists: the certificate holds (min_eigenvalue "
+                f"{self.min_eigenvalue:.3g} > tol {self.tol:.3g}), so every empirical "
+                "risk minimizer computes the same function on every input."
+            )
+        rng = check_random_state(random_state)
+        d, psi = self.n_features_in, self.n_features
+        n_tokens = self._n_tokens if self._n_tokens else d + 1
+        n_tokens = max(n_tokens, 2)  # one token reaches only symmetric monomials
+        Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
+        lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
+        h = attention_features(Z, lengths)
+        # Bring the candidates to the training scale: ||H|| ~ RMS training row.
+        rms_row = np.sqrt(self.eigenvalues.sum())
+        h_norm = np.linalg.norm(h, axis=1)
+        if rms_row > 0:
+            factor = (rms_row / h_norm) ** (1.0 / 3.0)
+            Z *= factor[:, None, None]
+            h *= (factor**3)[:, None]
+            h_norm = np.linalg.norm(h, axis=1)
+        null = h @ self._null_basis
+        null_norm = np.linalg.norm(null, axis=1)
+        best = int(np.argmax(null_norm / h_norm))
+        w = self._null_basis @ (null[best] / null_norm[best])
+        Z, h_best, n_best = Z[best], h_norm[best], null_norm[best]
+        # A large user ``tol`` lets inputs at the training scale count as
+        # covered; scaling the input by c scales both norms by c**3, which
+        # takes it out of the absolute slack of ``covers`` (by a factor 2).
+        margin = n_best**2 - 2.0 * self._null_rel * h_best**2
+        if margin > 0 and n_best**2 <= 2.0 * (self._null_abs + self._null_rel * h_best**2):
+            c = 1.01 * (2.0 * self._null_abs / margin) ** (1.0 / 6.0)
+            Z, h_best, n_best = Z * c, h_best * c**3, n_best * c**3
+
+        if self._coef is not None:
+            coef_a = self._coef
+        else:
+            g = rng.standard_normal((1, psi))
+            coef_a = g / (np.linalg.norm(g) * (rms_row if rms_row > 0 else 1.0))
+        a = np.linalg.norm(coef_a, axis=1).max()
+        if a == 0:
+            a = 1.0 / (rms_row if rms_row > 0 else 1.0)
+        # <shift, h_best> = a * ||h_best|| in every output.
+        shift = (a * h_best / n_best) * w
+        coef_b = coef_a + shift[None, :]
+        return Witness(
+            model_a=heads_from_coefficients(coef_a, d),
+            model_b=heads_from_coefficients(coef_b, d),
+            input=Z,
+            null_vector=w,
+        )
+
+
+def certify_identifiability(X, *, readout="last", token_dim=None, tol=None):
+    """Certify whether the inputs X identify every linear-attention model that fits them.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Training sequences; trailing all-NaN tokens are padding.  Only the
+        inputs matter: the certificate never looks at targets.
+    readout : {"last", "all"}, default="last"
+        ``"last"``: one feature row per sequence (targets at the last token).
+        ``"all"``: one row per prefix (targets at every position, causal
+        training), as ``LinearAttentionRegressor(readout="all")`` uses.
+    token_dim : int or None, default=None
+        Token dimension for 2-D X (each row is ``n_columns // token_dim``
+        tokens); None reads 2-D X as univariate sequences.
+    tol : float or None, default=None
+        Threshold on the eigenvalues of ``Lambda_D`` (same units as
+        ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.  None uses
+        the package's rule (Notes), which is free of units.
+
+    Returns
+    -------
+    certificate : IdentifiabilityCertificate
+        Truthy if and only if every empirical risk minimizer computes the same
+        function on every input of every length.
+
+    Notes
+    -----
+    With ``Phi`` the N feature rows H(Z_i) (the paper's Algorithm 2 features),
+    ``Lambda_D = (1/N) Phi^T Phi``.  If ``lambda_min(Lambda_D) > 0`` two
+    minimizers can only differ by a vector c with ``Phi c = 0``, i.e. c = 0,
+    so they compute the same function everywhere (Lemma A.3; with at least
+    d**2 heads no realizability is needed, Lemma A.6, since every coefficient
+    vector is then the coefficients of some MHLA).
+
+    **Tolerance rule** (:func:`sklearn_linattn._solvers.eigenvalue_tolerance`,
+    shared with the fit's pseudo-inverse): an eigenvalue counts as zero when
+
+        lambda <= lambda_max * psi * max(eps64, eps_in**2)
+
+    with ``eps_in`` the machine epsilon of the input dtype.  ``psi * eps64 *
+    lambda_max`` is the rounding level of an eigen-decomposition of the
+    float64 Gram matrix; float32 input is itself rounded by ``eps32`` relative,
+    which moves an exactly zero eigenvalue up to about ``eps32**2 *
+    lambda_max``, so float32 data is only certified above ``psi * eps32**2 *
+    lambda_max`` (about ``1.4e-14 * psi`` relative).  The rule is relative:
+    scaling X by c multiplies every eigenvalue and the threshold by c**6, so
+    the verdict does not depend on the units of X.  (Different units *per
+    coordinate* can spread the eigenvalues past what floating point resolves;
+    identifiability is unchanged by any invertible linear map of the tokens,
+    so standardising the coordinates before certifying is legitimate.)
+
+    References
+    ----------
+    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time",
+       arXiv:2410.10101, Lemmas A.3, A.5, A.6 and A.7.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import certify_identifiability
+    >>> X = np.random.default_rng(0).normal(size=(50, 6, 3))
+    >>> cert = certify_identifiability(X)
+    >>> bool(cert), cert.rank, cert.n_features
+    (True, 18, 18)
+    >>> bool(certify_identifiability(X[:17]))  # fewer sequences than psi = 18
+    False
+    """
+    check_readout(readout)
+    token_dim = check_token_dim(token_dim)
+    tol = _check_tol(tol)
+    X, lengths = check_sequences(X, token_dim=token_dim)
+    solution, stats = solve(X, lengths, None, readout=readout)
+    return IdentifiabilityCertificate._from_solution(
+        solution, stats, readout=readout, tol=tol, token_dim=token_dim, n_tokens=X.shape[1]
+    )
