@@ -5,6 +5,7 @@ feature map of its input sequence, so fitting it is least squares with a
 global optimum; the solution converts back into attention heads.
 """
 
+from ._certificate import IdentifiabilityCertificate, certify_identifiability
 from ._features import attention_kernel
 from ._mhla import (
     attention_coefficients,
@@ -14,16 +15,23 @@ from ._mhla import (
     same_function,
 )
 from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
+from ._io import load_model, save_model
+from . import datasets
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
     "attention_coefficients",
     "attention_kernel",
+    "certify_identifiability",
     "compress_heads",
+    "datasets",
     "heads_from_coefficients",
+    "load_model",
     "mhla_forward",
     "same_function",
+    "save_model",
 ]
