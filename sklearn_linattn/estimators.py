@@ -8,6 +8,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
+from ._certificate import IdentifiabilityCertificate
 from ._features import attention_features, feature_names, n_attention_features
 from ._mhla import compress_heads, heads_from_coefficients, mhla_forward
 from ._solvers import SOLVERS, solve
@@ -174,9 +175,9 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
     ----------
     coef_ : ndarray of shape (d_out, psi)
         Folded coefficients p of the fitted model: ``y = H(X) @ coef_.T``.
-    value_matrices_ : ndarray of shape (n_heads_, d_out, d)
-        Value matrices V_h.
-    key_query_matrices_ : ndarray of shape (n_heads_, d, d)
+    value_matrices_ : ndarray of shape (H, d_out, d)
+        Value matrices V_h, one per returned head (H = ``n_heads_``).
+    key_query_matrices_ : ndarray of shape (H, d, d)
         Fused key-query matrices Q_h.
     n_heads_ : int
         Number of heads returned.
@@ -190,6 +191,13 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
     feature_rank_ : int
         Numerical rank of the feature Gram matrix (psi when the training data
         identifies the function).
+    certificate_ : IdentifiabilityCertificate
+        Whether the training inputs identify the function (truthy iff every
+        empirical risk minimizer computes the same function on every input),
+        computed from the fit's own eigen-decomposition: equal to
+        ``certify_identifiability(X, readout=readout, token_dim=token_dim)``.
+        With ``readout="all"`` it is about the prefix rows fitted.  Its
+        ``witness()`` starts from this fitted model.
 
     See Also
     --------
@@ -286,12 +294,17 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
         X, lengths = check_sequences(X, token_dim=self.token_dim)
         Y, single = check_targets(y, lengths, X.shape[1], readout=self.readout)
         d = X.shape[2]
-        solution, _ = solve(
+        solution, stats = solve(
             X, lengths, Y, readout=self.readout, alpha=float(self.alpha), solver=self.solver
         )
         self._log(f"least squares on {n_attention_features(d)} features", start)
         self.coef_ = solution.coef
         self.feature_rank_ = solution.rank
+        # Same spectrum, same tolerance: no second pass over the data.
+        self.certificate_ = IdentifiabilityCertificate._from_solution(
+            solution, stats, readout=self.readout, token_dim=self.token_dim,
+            n_tokens=X.shape[1], coef=solution.coef,
+        )
         V, Q = heads_from_coefficients(self.coef_, d)
         self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
