@@ -16,11 +16,13 @@ from ._mhla import (
 )
 from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
 from ._io import load_model, save_model
+from .gradient import AdamLinearAttentionRegressor
 from . import datasets
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AdamLinearAttentionRegressor",
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",

@@ -17,6 +17,7 @@ __all__ = [
     "attention_features",
     "attention_kernel",
     "feature_names",
+    "padded_kernel",
     "n_attention_features",
     "pair_indices",
     "prefix_features",
@@ -145,8 +146,8 @@ def prefix_features(X, lengths):
     return H
 
 
-def attention_kernel(X, lengths_X, Y, lengths_Y):
-    """Gram matrix <H(X_i), H(Y_j)> without forming the features.
+def padded_kernel(X, lengths_X, Y, lengths_Y):
+    """Gram matrix <H(X_i), H(Y_j)> of zero-padded arrays, without features.
 
     ``<H(Z), H(Z')> = sum_{j <= k} S_jk S'_jk * <x_last, x'_last>``, which costs
     O(d^2) per pair instead of O(d^3).
@@ -158,6 +159,51 @@ def attention_kernel(X, lengths_X, Y, lengths_Y):
     SX = folded_second_moments(X)
     SY = SX if Y is X else folded_second_moments(Y)
     return (SX @ SY.T) * (last_tokens(X, lengths_X) @ last_tokens(Y, lengths_Y).T)
+
+
+def attention_kernel(X, Y=None, *, token_dim=None):
+    """The linear-attention kernel: inner products of the cubic features.
+
+    ``K[i, j] = <H(X_i), H(Y_j)> = sum_{j <= k} S_jk S'_jk <x_last, x'_last>``
+    with ``S = sum_t x_t x_t^T``.  It costs O(d^2) per pair instead of the
+    O(d^3) of forming the features, and any scikit-learn kernel method can
+    use it with ``kernel="precomputed"`` (kernel ridge regression on it is
+    the dual form of :class:`LinearAttentionRegressor`).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples_X, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Sequences; trailing all-NaN tokens are padding.
+    Y : array-like of shape (n_samples_Y, n_tokens_Y, d), list, or None
+        Second set of sequences; None means ``X``.
+    token_dim : int or None, default=None
+        Token dimension for 2-D input.
+
+    Returns
+    -------
+    K : ndarray of shape (n_samples_X, n_samples_Y), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.kernel_ridge import KernelRidge
+    >>> from sklearn_linattn import attention_kernel
+    >>> rng = np.random.default_rng(0)
+    >>> X, X_new = rng.normal(size=(30, 5, 2)), rng.normal(size=(4, 9, 2))
+    >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # a linear-attention output
+    >>> model = KernelRidge(alpha=1e-10, kernel="precomputed").fit(attention_kernel(X), y)
+    >>> pred = model.predict(attention_kernel(X_new, X))
+    >>> bool(np.allclose(pred, X_new[:, -1, 0] * (X_new[:, :, 1] ** 2).sum(axis=1)))
+    True
+    """
+    from ._validation import check_sequences
+
+    X, lengths_X = check_sequences(X, token_dim=token_dim)
+    X = np.asarray(X, dtype=np.float64)
+    if Y is None:
+        return padded_kernel(X, lengths_X, X, lengths_X)
+    Y, lengths_Y = check_sequences(Y, token_dim=token_dim, n_features=X.shape[2], name="Y")
+    return padded_kernel(X, lengths_X, np.asarray(Y, dtype=np.float64), lengths_Y)
 
 
 def feature_names(d, input_features=None):

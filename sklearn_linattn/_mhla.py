@@ -122,7 +122,8 @@ def _forward_all(X, V, Q, lengths):
     if d * d <= Q.shape[0] * n_tokens:
         # y_t = sum_h V_h S_t Q_h x_t with S_t the running second moment.
         S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
-        ctx = np.einsum("ntjk,nhtk->nhtj", S, q)
+        # Batched GEMM (S_t is symmetric): ctx[n, h, t] = S[n, t] @ q[n, h, t].
+        ctx = np.matmul(q.transpose(0, 2, 1, 3), S).transpose(0, 2, 1, 3)
     else:
         # Causal scores x_s^T Q_h x_t for s <= t, then their weighted sum of x_s.
         scores = np.matmul(q, X.transpose(0, 2, 1)[:, None])  # (n, h, t, s)

@@ -64,8 +64,10 @@ def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
     -------
     tol : float
     """
-    eps_in = np.finfo(np.dtype(dtype)).eps if np.dtype(dtype).kind == "f" else 0.0
-    rel = max(np.finfo(np.float64).eps, eps_in**2)
+    # Python floats throughout: a float32 epsilon would make the product
+    # float32, which rounds the threshold and overflows for lambda_max > 3e38.
+    eps_in = float(np.finfo(np.dtype(dtype)).eps) if np.dtype(dtype).kind == "f" else 0.0
+    rel = max(float(np.finfo(np.float64).eps), eps_in**2)
     return float(lambda_max) * n_features * rel
 
 

@@ -67,10 +67,23 @@ def check_token_dim(token_dim):
     return int(token_dim)
 
 
+def _item_ndim(s):
+    """np.ndim of a list item, or -1 when it is not even a regular array."""
+    try:
+        return np.ndim(s)
+    except ValueError:  # ragged nested lists
+        return -1
+
+
 def _pad_list(seqs, name):
     """Stack a list of (n_tokens_i, d) arrays into one NaN-padded 3-D array."""
     arrays = []
     for i, s in enumerate(seqs):
+        if _item_ndim(s) == -1:
+            raise ValueError(
+                f"{name}[{i}] must be a 2-D array of shape (n_tokens, d) when {name} "
+                "is a list of sequences; got a ragged nested list."
+            )
         a = np.asarray(s)
         if a.ndim != 2:
             raise ValueError(
@@ -78,6 +91,11 @@ def _pad_list(seqs, name):
                 f"is a list of sequences; got {a.ndim}-D shape {a.shape}."
             )
         _check_real_dtype(a, f"{name}[{i}]")
+        if a.shape[0] == 0:
+            raise ValueError(
+                f"{name}[{i}] is an empty sequence: each sequence needs at least one "
+                f"token; got shape {a.shape}."
+            )
         arrays.append(a)
     dims = {a.shape[1] for a in arrays}
     if len(dims) > 1:
@@ -174,7 +192,8 @@ arrays, or array-like of shape (n_samples, n_columns)
         case each row is read as ``n_columns // token_dim`` tokens of size
         ``token_dim``.
     token_dim : int or None, default=None
-        Token dimension d for 2-D input.
+        Token dimension d for 2-D input.  For 3-D or list input it must be
+        None or equal to d (a contradiction is an error, not ignored).
     n_features : int or None, default=None
         Expected token dimension (as seen in ``fit``); None accepts any.
     name : str, default="X"
@@ -203,9 +222,19 @@ arrays, or array-like of shape (n_samples, n_columns)
     if scipy.sparse.issparse(X):
         # check_array words the refusal of sparse input the way sklearn users know.
         check_array(X, accept_sparse=False, input_name=name)
-    if isinstance(X, (list, tuple)) and len(X) > 0 and all(
-        np.ndim(s) == 2 for s in X
+    if X is None:
+        raise TypeError(
+            f"{name} must be an array-like of sequences of shape (n_samples, n_tokens, "
+            "d) or a list of 2-D arrays; got None."
+        )
+    if isinstance(X, (list, tuple)) and len(X) == 0:
+        raise ValueError(
+            f"{name} must hold at least one sequence; got an empty {type(X).__name__}."
+        )
+    if isinstance(X, (list, tuple)) and len(X) > 0 and any(
+        _item_ndim(s) == 2 for s in X
     ):
+        # A list of sequences; _pad_list names any item that is not 2-D.
         X = _pad_list(X, name)
     elif hasattr(X, "dtype") and hasattr(X, "shape") and not hasattr(X, "iloc"):
         X = np.asarray(X)
@@ -236,6 +265,16 @@ arrays, or array-like of shape (n_samples, n_columns)
                 else ""
             )
         )
+    if X.shape[0] == 0:
+        raise ValueError(
+            f"{name} must hold at least one sequence: found array with 0 sample(s) "
+            f"(shape={X.shape}) while a minimum of 1 is required."
+        )
+    if X.ndim == 2 and X.shape[1] == 0:
+        raise ValueError(
+            f"{name} must have at least one column: found array with 0 feature(s) "
+            f"(shape={X.shape}) while a minimum of 1 is required."
+        )
     X = check_array(
         X,
         dtype=[np.float64, np.float32],
@@ -257,6 +296,12 @@ arrays, or array-like of shape (n_samples, n_columns)
                     f"2-D {name}; got {X.shape[1]} columns."
                 )
             X = X.reshape(X.shape[0], X.shape[1] // token_dim, token_dim)
+    elif token_dim is not None and X.shape[2] != token_dim:
+        raise ValueError(
+            f"token_dim={token_dim} contradicts the token dimension of the 3-D {name}: "
+            f"got tokens of dimension d={X.shape[2]} (shape {X.shape}). token_dim "
+            "only reshapes 2-D input; leave it None or make it equal to d."
+        )
     if X.shape[1] == 0 or X.shape[2] == 0:
         raise ValueError(
             f"{name} must have at least one token and a token dimension d >= 1; got "
@@ -264,8 +309,8 @@ arrays, or array-like of shape (n_samples, n_columns)
         )
     if n_features is not None and X.shape[2] != n_features:
         raise ValueError(
-            f"{name} has tokens of dimension d={X.shape[2]}, but this estimator was "
-            f"fitted on tokens of dimension d={n_features}."
+            f"{name} has tokens of dimension d={X.shape[2]}, but d={n_features} was "
+            f"expected (the token dimension seen in fit, or of the attention heads)."
         )
     lengths = sequence_lengths(X, name=name)
     if fill_value is not None:
@@ -364,8 +409,11 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y"):
             f"this estimator requires y to be passed, but the target {name} is None."
         )
     if readout == "all" and isinstance(y, (list, tuple)) and len(y) > 0 and all(
-        np.ndim(s) in (1, 2) for s in y
-    ) and len({np.ndim(s) for s in y}) == 1 and len({np.shape(s)[0] for s in y}) > 1:
+        _item_ndim(s) in (1, 2) for s in y
+    ) and len({np.ndim(s) for s in y}) == 1 and any(
+        np.shape(s)[0] != n_tokens for s in y
+    ):
+        # Per-sequence targets (n_tokens_i[, d_out]); pad them with NaN like X.
         ragged = [np.asarray(s) for s in y]
         for i, a in enumerate(ragged):
             _check_real_dtype(a, f"{name}[{i}]")

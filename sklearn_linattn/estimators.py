@@ -19,7 +19,11 @@ from ._validation import (
     check_token_dim,
 )
 
-__all__ = ["LinearAttentionFeatures", "LinearAttentionRegressor"]
+__all__ = [
+    "AttentionHeadsRegressorMixin",
+    "LinearAttentionFeatures",
+    "LinearAttentionRegressor",
+]
 
 
 def _sequence_tags(tags):
@@ -134,7 +138,85 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         return tags
 
 
-class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
+class AttentionHeadsRegressorMixin(RegressorMixin):
+    """Prediction and scoring for regressors whose fitted model is a set of heads.
+
+    Subclasses set ``value_matrices_``, ``key_query_matrices_``,
+    ``n_features_in_`` and ``_single_output`` in ``fit`` and have ``readout``
+    and ``token_dim`` parameters.
+    """
+
+    def _validate_X(self, X):
+        check_is_fitted(self)
+        return check_sequences(X, token_dim=self.token_dim, n_features=self.n_features_in_)
+
+    def _shape_output(self, Y):
+        return Y[..., 0] if self._single_output else Y
+
+    def predict(self, X):
+        """Run the fitted attention heads on X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of any length, including lengths never seen in ``fit``.
+
+        Returns
+        -------
+        y : ndarray
+            ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
+            ``readout="all"``: shape (n_samples, n_tokens[, d_out]), NaN at
+            padded positions.
+        """
+        X, lengths = self._validate_X(X)
+        Y = mhla_forward(
+            X, self.value_matrices_, self.key_query_matrices_, lengths, readout=self.readout
+        )
+        return self._shape_output(Y)
+
+    def score(self, X, y, sample_weight=None):
+        """Coefficient of determination R^2 over every non-padded output.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        y : array-like, shaped as in :meth:`fit`
+        sample_weight : array-like of shape (n_samples,) or None
+            Weight of each sequence (applied to each of its positions for
+            ``readout="all"``).
+
+        Returns
+        -------
+        score : float
+            R^2 averaged uniformly over outputs.
+        """
+        Xv, lengths = self._validate_X(X)
+        Y, _ = check_targets(y, lengths, Xv.shape[1], readout=self.readout)
+        pred = mhla_forward(
+            Xv, self.value_matrices_, self.key_query_matrices_, lengths, readout=self.readout
+        )
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        if w is not None and w.shape != (Xv.shape[0],):
+            raise ValueError(
+                f"sample_weight must have shape ({Xv.shape[0]},); got {w.shape}."
+            )
+        if self.readout == "all":
+            real = np.arange(Xv.shape[1])[None, :] < lengths[:, None]
+            Y, pred = Y[real], pred[real]
+            if w is not None:
+                w = np.broadcast_to(w[:, None], real.shape)[real]
+        return float(r2_score(Y, pred, sample_weight=w))
+
+    def __sklearn_tags__(self):
+        tags = _sequence_tags(super().__sklearn_tags__())
+        # Tabular data is read as univariate sequences (d = 1): a cubic model
+        # of them cannot fit arbitrary regression data well.
+        tags.regressor_tags.poor_score = True
+        tags.target_tags.multi_output = True
+        return tags
+
+
+class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     """One-layer multi-head linear attention fitted exactly by least squares.
 
     The output ``y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)`` is linear in
@@ -325,34 +407,6 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
         self._single_output = single
         return self
 
-    def _validate_X(self, X):
-        check_is_fitted(self)
-        return check_sequences(X, token_dim=self.token_dim, n_features=self.n_features_in_)
-
-    def _shape_output(self, Y):
-        return Y[..., 0] if self._single_output else Y
-
-    def predict(self, X):
-        """Run the fitted attention heads on X.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Sequences of any length, including lengths never seen in ``fit``.
-
-        Returns
-        -------
-        y : ndarray
-            ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
-            ``readout="all"``: shape (n_samples, n_tokens[, d_out]), NaN at
-            padded positions.
-        """
-        X, lengths = self._validate_X(X)
-        Y = mhla_forward(
-            X, self.value_matrices_, self.key_query_matrices_, lengths, readout=self.readout
-        )
-        return self._shape_output(Y)
-
     def predict_from_coefficients(self, X):
         """Predict with ``coef_`` on the cubic features instead of the heads.
 
@@ -378,43 +432,3 @@ class LinearAttentionRegressor(RegressorMixin, BaseEstimator):
             Y[np.arange(X.shape[1])[None, :] >= lengths[:, None]] = np.nan
         return self._shape_output(Y)
 
-    def score(self, X, y, sample_weight=None):
-        """Coefficient of determination R^2 over every non-padded output.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-        y : array-like, shaped as in :meth:`fit`
-        sample_weight : array-like of shape (n_samples,) or None
-            Weight of each sequence (applied to each of its positions for
-            ``readout="all"``).
-
-        Returns
-        -------
-        score : float
-            R^2 averaged uniformly over outputs.
-        """
-        Xv, lengths = self._validate_X(X)
-        Y, _ = check_targets(y, lengths, Xv.shape[1], readout=self.readout)
-        pred = mhla_forward(
-            Xv, self.value_matrices_, self.key_query_matrices_, lengths, readout=self.readout
-        )
-        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        if w is not None and w.shape != (Xv.shape[0],):
-            raise ValueError(
-                f"sample_weight must have shape ({Xv.shape[0]},); got {w.shape}."
-            )
-        if self.readout == "all":
-            real = np.arange(Xv.shape[1])[None, :] < lengths[:, None]
-            Y, pred = Y[real], pred[real]
-            if w is not None:
-                w = np.broadcast_to(w[:, None], real.shape)[real]
-        return float(r2_score(Y, pred, sample_weight=w))
-
-    def __sklearn_tags__(self):
-        tags = _sequence_tags(super().__sklearn_tags__())
-        # Tabular data is read as univariate sequences (d = 1): a cubic model
-        # of them cannot fit arbitrary regression data well.
-        tags.regressor_tags.poor_score = True
-        tags.target_tags.multi_output = True
-        return tags

@@ -1,0 +1,227 @@
+"""Slow, obviously-correct references for the package's vectorised math.
+
+Everything here is written with plain Python loops over samples, tokens,
+heads and indices, straight from DESIGN.md section 1, and uses nothing of the
+package.  Sequences may be NaN-padded: every function takes the lengths
+explicitly and never reads a token at or beyond ``lengths[i]``, so padding
+values (NaN or zero) cannot matter.
+
+Arithmetic is done on Python floats (IEEE double) whatever the input dtype,
+so float32 input is treated as the exact values it stores.
+
+Conventions
+-----------
+- ``X[i, t, :]`` is token t of sequence i (d entries); ``lengths[i]`` real tokens.
+- ``V[h, a, j]``, ``Q[h, k, l]`` for head h.
+- Folded pair p runs over ``(j, k)`` with ``j <= k`` row by row
+  (``(0,0), (0,1), ..., (0,d-1), (1,1), ...``); feature index ``p * d + l``.
+"""
+
+import math
+
+import numpy as np
+
+
+def ref_pairs(d):
+    """Folded pairs (j, k), j <= k, in feature order, by two nested loops."""
+    pairs = []
+    for j in range(d):
+        for k in range(j, d):
+            pairs.append((j, k))
+    return pairs
+
+
+def ref_n_features(d):
+    """psi = number of (pair, l) combinations, counted."""
+    return len(ref_pairs(d)) * d
+
+
+def ref_lengths(X):
+    """Number of real tokens per sequence: count rows until the first all-NaN row.
+
+    Only meant for arrays that satisfy the padding rule.
+    """
+    n_samples, n_tokens, d = X.shape
+    lengths = []
+    for i in range(n_samples):
+        n = 0
+        for t in range(n_tokens):
+            if all(math.isnan(float(X[i, t, c])) for c in range(d)):
+                break
+            n += 1
+        lengths.append(n)
+    return lengths
+
+
+def _second_moment(X, i, n):
+    """S = sum_{t < n} x_t x_t^T of sequence i, as a list of lists."""
+    d = X.shape[2]
+    S = [[0.0] * d for _ in range(d)]
+    for t in range(n):
+        for j in range(d):
+            for k in range(d):
+                S[j][k] += float(X[i, t, j]) * float(X[i, t, k])
+    return S
+
+
+def _features_of_prefix(X, i, n):
+    """H of the first n tokens of sequence i: S[j,k] * x_{n-1}[l]."""
+    d = X.shape[2]
+    S = _second_moment(X, i, n)
+    out = []
+    for j, k in ref_pairs(d):
+        for l in range(d):
+            out.append(S[j][k] * float(X[i, n - 1, l]))
+    return out
+
+
+def ref_features(X, lengths):
+    """H(X_i) for every sequence: array of shape (n_samples, psi)."""
+    return np.array(
+        [_features_of_prefix(X, i, lengths[i]) for i in range(X.shape[0])],
+        dtype=np.float64,
+    ).reshape(X.shape[0], ref_n_features(X.shape[2]))
+
+
+def ref_prefix_features(X, lengths):
+    """H of every prefix: shape (n_samples, n_tokens, psi), zero rows at padding."""
+    n_samples, n_tokens, d = X.shape
+    out = np.zeros((n_samples, n_tokens, ref_n_features(d)))
+    for i in range(n_samples):
+        for t in range(lengths[i]):
+            out[i, t] = _features_of_prefix(X, i, t + 1)
+    return out
+
+
+def ref_kernel(X, lengths_X, Y, lengths_Y):
+    """<H(X_i), H(Y_j)> as the plain dot product of reference features."""
+    HX = ref_features(X, lengths_X)
+    HY = ref_features(Y, lengths_Y)
+    K = np.zeros((HX.shape[0], HY.shape[0]))
+    for a in range(HX.shape[0]):
+        for b in range(HY.shape[0]):
+            total = 0.0
+            for p in range(HX.shape[1]):
+                total += HX[a, p] * HY[b, p]
+            K[a, b] = total
+    return K
+
+
+def ref_feature_names(d, input_features=None):
+    """Names "S[xj,xk]*last[xl]" in feature order."""
+    names = input_features or [f"x{c}" for c in range(d)]
+    out = []
+    for j, k in ref_pairs(d):
+        for l in range(d):
+            out.append(f"S[{names[j]},{names[k]}]*last[{names[l]}]")
+    return out
+
+
+def _attention_output(X, i, n, V, Q):
+    """sum_h V_h sum_{t < n} x_t (x_t^T Q_h x_{n-1}) for sequence i, list of d_out."""
+    n_heads, d_out, d = V.shape
+    x_last = [float(X[i, n - 1, c]) for c in range(d)]
+    y = [0.0] * d_out
+    for h in range(n_heads):
+        for t in range(n):
+            x_t = [float(X[i, t, c]) for c in range(d)]
+            score = 0.0
+            for k in range(d):
+                for l in range(d):
+                    score += x_t[k] * float(Q[h, k, l]) * x_last[l]
+            for a in range(d_out):
+                for j in range(d):
+                    y[a] += float(V[h, a, j]) * x_t[j] * score
+    return y
+
+
+def ref_forward(X, lengths, V, Q, readout="last"):
+    """MHLA output by loops.
+
+    Returns shape (n_samples, d_out) for ``"last"``; (n_samples, n_tokens,
+    d_out) with NaN at padded positions for ``"all"`` (output at position t
+    is the attention over the prefix of t + 1 tokens).
+    """
+    n_samples, n_tokens, _ = X.shape
+    d_out = V.shape[1]
+    if readout == "last":
+        return np.array(
+            [_attention_output(X, i, lengths[i], V, Q) for i in range(n_samples)],
+            dtype=np.float64,
+        ).reshape(n_samples, d_out)
+    if readout != "all":
+        raise ValueError(readout)
+    out = np.full((n_samples, n_tokens, d_out), np.nan)
+    for i in range(n_samples):
+        for t in range(lengths[i]):
+            out[i, t] = _attention_output(X, i, t + 1, V, Q)
+    return out
+
+
+def ref_coefficients(V, Q):
+    """p(Theta) by the formula of DESIGN.md section 1, shape (d_out, psi).
+
+    For j < k: sum_h V_h[a,j] Q_h[k,l] + V_h[a,k] Q_h[j,l];
+    for j == k: sum_h V_h[a,j] Q_h[j,l].
+    """
+    n_heads, d_out, d = V.shape
+    pairs = ref_pairs(d)
+    coef = np.zeros((d_out, len(pairs) * d))
+    for a in range(d_out):
+        for p, (j, k) in enumerate(pairs):
+            for l in range(d):
+                total = 0.0
+                for h in range(n_heads):
+                    if j < k:
+                        total += float(V[h, a, j]) * float(Q[h, k, l])
+                        total += float(V[h, a, k]) * float(Q[h, j, l])
+                    else:
+                        total += float(V[h, a, j]) * float(Q[h, j, l])
+                coef[a, p * d + l] = total
+    return coef
+
+
+def ref_fold(C):
+    """Fold C[a, j, k, l] into (d_out, psi): C[a,j,k,l] + C[a,k,j,l] for j < k."""
+    d_out, d = C.shape[0], C.shape[1]
+    pairs = ref_pairs(d)
+    coef = np.zeros((d_out, len(pairs) * d))
+    for a in range(d_out):
+        for p, (j, k) in enumerate(pairs):
+            for l in range(d):
+                if j < k:
+                    coef[a, p * d + l] = float(C[a, j, k, l]) + float(C[a, k, j, l])
+                else:
+                    coef[a, p * d + l] = float(C[a, j, j, l])
+    return coef
+
+
+def ref_unfold(coef, d):
+    """Symmetric split: C[a,j,k,l] = C[a,k,j,l] = c/2 for j < k, C[a,j,j,l] = c."""
+    d_out = coef.shape[0]
+    C = np.zeros((d_out, d, d, d))
+    for a in range(d_out):
+        for p, (j, k) in enumerate(ref_pairs(d)):
+            for l in range(d):
+                c = float(coef[a, p * d + l])
+                if j < k:
+                    C[a, j, k, l] = c / 2
+                    C[a, k, j, l] = c / 2
+                else:
+                    C[a, j, j, l] = c
+    return C
+
+
+def ref_linear_readout(coef, H):
+    """<coef[a], H[..., :]> for every row of H, by a loop over features."""
+    H = np.asarray(H, dtype=np.float64)
+    lead = H.shape[:-1]
+    rows = H.reshape(-1, H.shape[-1])
+    out = np.zeros((rows.shape[0], coef.shape[0]))
+    for r in range(rows.shape[0]):
+        for a in range(coef.shape[0]):
+            total = 0.0
+            for p in range(rows.shape[1]):
+                total += float(coef[a, p]) * rows[r, p]
+            out[r, a] = total
+    return out.reshape(*lead, coef.shape[0])
