@@ -1,0 +1,622 @@
+"""Minibatch Adam on multi-head linear attention: the paper's gradient baseline.
+
+The closed form (:class:`~sklearn_linattn.LinearAttentionRegressor`) solves a
+least-squares problem.  The paper compares it with the usual way of training
+attention: gradient descent (Adam) on the non-convex parameters V_h, Q_h of an
+MHLA with a fixed number of heads.  This module implements that baseline in
+numpy, with analytic gradients vectorised over each minibatch.
+
+Gradients (one position with real tokens x_1..x_t, last token x = x_t,
+running moment S = sum_{s <= t} x_s x_s^T, prediction
+y_hat = sum_h V_h S Q_h x and residual r = y_hat - y):
+
+    d ||r||^2 / d V_h = 2 r (S Q_h x)^T
+    d ||r||^2 / d Q_h = 2 S^T V_h^T r x^T
+
+The loss is the mean over real outputs (positions times output coordinates)
+of the squared error, so both gradients are averaged the same way.
+"""
+
+import math
+import numbers
+import time
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
+
+from ._features import iter_sample_chunks
+from ._mhla import _check_heads, attention_coefficients, mhla_forward
+from ._validation import (
+    check_readout,
+    check_sequences,
+    check_targets,
+    check_token_dim,
+)
+from .estimators import AttentionHeadsRegressorMixin
+
+__all__ = [
+    "AdamLinearAttentionRegressor",
+    "learning_rate_schedule",
+    "mhla_loss_gradient",
+]
+
+
+# ---------------------------------------------------------------------------
+# Plain functions: loss and gradients, learning-rate schedule
+# ---------------------------------------------------------------------------
+
+
+def _position_moments(X, Y, lengths, readout):
+    """Moments S, query tokens x and targets y of every real output position.
+
+    Returns
+    -------
+    S : ndarray of shape (m, d, d)
+        ``sum_t x_t x_t^T`` over the tokens the position attends to.
+    x : ndarray of shape (m, d)
+        Token at the position (the last real token for ``"last"``).
+    y : ndarray of shape (m, d_out)
+        Targets at the position.
+    """
+    if readout == "last":
+        S = np.matmul(X.transpose(0, 2, 1), X)
+        x = X[np.arange(X.shape[0]), lengths - 1]
+        return S, x, Y
+    real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+    S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
+    return S[real], X[real], Y[real]
+
+
+def _sse_gradients(V, Q, S, x, y):
+    """Sum of squared errors over positions and its gradients in V and Q.
+
+    Parameters
+    ----------
+    V : ndarray of shape (n_heads, d_out, d)
+    Q : ndarray of shape (n_heads, d, d)
+    S, x, y : ndarrays of shapes (m, d, d), (m, d), (m, d_out)
+        As returned by :func:`_position_moments`.
+
+    Returns
+    -------
+    sse : float
+    grad_V : ndarray of shape (n_heads, d_out, d)
+    grad_Q : ndarray of shape (n_heads, d, d)
+    """
+    n_heads, d_out, d = V.shape
+    m = x.shape[0]
+    # q[i, h] = Q_h x_i, then ctx[i, h] = S_i Q_h x_i (S used as given, never
+    # assumed symmetric), and y_hat_i = sum_h V_h ctx[i, h].
+    q = (x @ Q.reshape(n_heads * d, d).T).reshape(m, n_heads, d)
+    ctx = np.matmul(q, S.transpose(0, 2, 1)).reshape(m, n_heads * d)
+    V_mat = V.transpose(0, 2, 1).reshape(n_heads * d, d_out)  # [(h, j), a]
+    r = ctx @ V_mat - y
+    sse = float(np.einsum("ia,ia->", r, r))
+    # dV_h[a, j] = 2 sum_i r_i[a] ctx[i, h, j]
+    grad_V = 2.0 * (r.T @ ctx).reshape(d_out, n_heads, d).transpose(1, 0, 2)
+    # g[i, h] = V_h^T r_i, u[i, h] = S_i^T V_h^T r_i, dQ_h = 2 sum_i u[i, h] x_i^T
+    g = (r @ V_mat.T).reshape(m, n_heads, d)
+    u = np.matmul(g, S).reshape(m, n_heads * d)
+    grad_Q = 2.0 * (u.T @ x).reshape(n_heads, d, d)
+    return sse, grad_V, grad_Q
+
+
+def _values_per_sample(n_tokens, d, d_out, n_heads, readout):
+    """Float64 values one sample needs in the work arrays of the gradient."""
+    positions = 1 if readout == "last" else n_tokens
+    return n_tokens * d + positions * (3 * d * d + 4 * n_heads * d + 2 * d_out)
+
+
+def _loss_gradient(X, Y, lengths, V, Q, readout):
+    """Mean squared error over real outputs and its gradients (chunked).
+
+    Returns
+    -------
+    loss : float
+    grad_V, grad_Q : ndarrays
+    n_outputs : int
+        Number of real outputs the loss averages over.
+    """
+    n_samples, n_tokens, d = X.shape
+    n_heads, d_out, _ = V.shape
+    sse, grad_V, grad_Q, n_positions = 0.0, np.zeros_like(V), np.zeros_like(Q), 0
+    per_sample = _values_per_sample(n_tokens, d, d_out, n_heads, readout)
+    for sl in iter_sample_chunks(n_samples, per_sample):
+        S, x, y = _position_moments(X[sl], Y[sl], lengths[sl], readout)
+        s, gV, gQ = _sse_gradients(V, Q, S, x, y)
+        sse += s
+        grad_V += gV
+        grad_Q += gQ
+        n_positions += x.shape[0]
+    n_outputs = n_positions * d_out
+    return sse / n_outputs, grad_V / n_outputs, grad_Q / n_outputs, n_outputs
+
+
+def mhla_loss_gradient(X, Y, V, Q, lengths=None, *, readout="last"):
+    """Mean squared error of an MHLA and its gradients in V and Q.
+
+    The loss is the mean over real outputs (every output coordinate of every
+    non-padded position) of ``(y_hat - y)**2`` with
+    ``y_hat = sum_h V_h S Q_h x``, where ``x`` is the token read out and
+    ``S`` the sum of ``x_t x_t^T`` over the tokens it attends to.  The
+    gradients are analytic and vectorised over samples and positions::
+
+        dL/dV_h = (2 / n_outputs) sum_positions r (S Q_h x)^T
+        dL/dQ_h = (2 / n_outputs) sum_positions S^T V_h^T r x^T
+
+    with ``r = y_hat - y``.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Zero-padded sequences (as returned by ``check_sequences``).
+    Y : ndarray
+        Targets, shape (n_samples, d_out) for ``readout="last"`` and
+        (n_samples, n_tokens, d_out) for ``"all"``; values at padded positions
+        are ignored.
+    V : array-like of shape (n_heads, d_out, d)
+        Value matrices.
+    Q : array-like of shape (n_heads, d, d)
+        Fused key-query matrices.
+    lengths : ndarray of shape (n_samples,) or None
+        Number of real tokens per sequence; None means every token is real.
+    readout : {"last", "all"}, default="last"
+        Output at the last real token, or causal output at every position.
+
+    Returns
+    -------
+    loss : float
+    grad_V : ndarray of shape (n_heads, d_out, d)
+    grad_Q : ndarray of shape (n_heads, d, d)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.gradient import mhla_loss_gradient
+    >>> from sklearn_linattn import mhla_forward
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(8, 5, 2))
+    >>> V, Q = rng.normal(size=(2, 1, 2)), rng.normal(size=(2, 2, 2))
+    >>> loss, grad_V, grad_Q = mhla_loss_gradient(X, mhla_forward(X, V, Q), V, Q)
+    >>> loss, float(np.abs(grad_V).max()), float(np.abs(grad_Q).max())
+    (0.0, 0.0, 0.0)
+    """
+    check_readout(readout)
+    V, Q = _check_heads(V, Q)
+    X = np.asarray(X, dtype=np.float64)
+    Y = np.asarray(Y, dtype=np.float64)
+    n_samples, n_tokens, d = X.shape
+    if lengths is None:
+        lengths = np.full(n_samples, n_tokens)
+    lengths = np.asarray(lengths)
+    if V.shape[2] != d:
+        raise ValueError(
+            f"the heads act on tokens of dimension {V.shape[2]} (V of shape {V.shape}) "
+            f"but X has tokens of dimension d={d} (shape {X.shape})."
+        )
+    expected = (n_samples, V.shape[1]) if readout == "last" else (
+        n_samples, n_tokens, V.shape[1]
+    )
+    if Y.shape != expected:
+        raise ValueError(
+            f"with readout={readout!r}, X of shape {X.shape} and V of shape {V.shape} "
+            f"need Y of shape {expected}; got Y of shape {Y.shape}."
+        )
+    loss, grad_V, grad_Q, _ = _loss_gradient(X, Y, lengths, V, Q, readout)
+    return loss, grad_V, grad_Q
+
+
+def learning_rate_schedule(step, n_steps, learning_rate, warmup_fraction):
+    """Linear warm-up then cosine decay to zero, per optimisation step.
+
+    With ``w = round(warmup_fraction * n_steps)`` warm-up steps, step ``s``
+    (counted from 0) uses ::
+
+        learning_rate * (s + 1) / w                                   if s < w
+        learning_rate * (1 + cos(pi * (s - w) / (n_steps - w))) / 2    otherwise
+
+    so the first step after warm-up uses the full rate and the rate would
+    reach zero one step after the last.
+
+    Parameters
+    ----------
+    step : int or ndarray of int
+        Step index, from 0 to ``n_steps - 1``.
+    n_steps : int
+        Total number of steps of the schedule.
+    learning_rate : float
+        Peak learning rate.
+    warmup_fraction : float
+        Fraction of the steps spent warming up, in [0, 1].
+
+    Returns
+    -------
+    rate : float or ndarray of float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.gradient import learning_rate_schedule
+    >>> learning_rate_schedule(np.arange(6), 6, 1.0, 1 / 3)
+    array([0.5 , 1.  , 1.  , 0.85355339, 0.5 , 0.14644661])
+    """
+    step = np.asarray(step, dtype=np.float64)
+    n_warmup = int(round(warmup_fraction * n_steps))
+    warm = (step + 1.0) / max(n_warmup, 1)
+    progress = (step - n_warmup) / max(n_steps - n_warmup, 1)
+    cosine = 0.5 * (1.0 + np.cos(np.pi * progress))
+    rate = learning_rate * np.where(step < n_warmup, warm, cosine)
+    return float(rate) if rate.ndim == 0 else rate
+
+
+def _relative_mse(X, lengths, Y, V, Q, readout):
+    """MSE / mean(y**2) over the real outputs (plain MSE if every y is 0)."""
+    pred = mhla_forward(X, V, Q, lengths, readout=readout)
+    if readout == "all":
+        real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+        pred, Y = pred[real], Y[real]
+    mse = float(np.mean((pred - Y) ** 2))
+    scale = float(np.mean(Y**2))
+    return mse / scale if scale > 0 else mse
+
+
+# ---------------------------------------------------------------------------
+# Parameter checks (each names the parameter, what was expected, what was given)
+# ---------------------------------------------------------------------------
+
+
+def _check_int(name, value, low):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be an integer >= {low}; got {value!r} of type "
+            f"{type(value).__name__}."
+        )
+    if value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
+
+
+def _check_real(name, value, low, high, *, low_open=False, high_open=False):
+    interval = (
+        f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    )
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a real number in {interval}; got {value!r} of type "
+            f"{type(value).__name__}."
+        )
+    ok = bool(np.isfinite(value))
+    ok = ok and (value > low if low_open else value >= low)
+    ok = ok and (value < high if high_open else value <= high)
+    if not ok:
+        raise ValueError(f"{name} must be a real number in {interval}; got {value!r}.")
+
+
+class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
+    """Multi-head linear attention with a fixed number of heads, trained by Adam.
+
+    The gradient baseline of the paper: minibatch Adam (AdamW when
+    ``weight_decay > 0``) with linear warm-up and cosine decay on the
+    non-convex parameters ``V_h, Q_h`` of
+
+        y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)
+
+    Unlike :class:`~sklearn_linattn.LinearAttentionRegressor`, which finds the
+    global least-squares optimum in closed form, this learner can stall in
+    flat regions, needs a learning rate and many epochs, and with fewer than
+    d**2 heads may fail to reach the optimum.  It exists to reproduce the
+    paper's comparison; compare its ``coef_`` with the closed form's.
+
+    Parameters
+    ----------
+    n_heads : int, default=1
+        Number of attention heads trained.
+    readout : {"last", "all"}, default="last"
+        ``"last"``: one target per sequence, the output at its last token.
+        ``"all"``: a target at every position (causal attention over each
+        prefix); the loss averages over the non-padded positions.
+    learning_rate : float, default=1e-2
+        Peak learning rate of the schedule.
+    batch_size : int, default=32
+        Sequences per minibatch; a value above the number of training
+        sequences means full-batch steps.
+    max_epochs : int, default=100
+        Number of passes over the training data; the learning-rate schedule
+        spans all of them, even when ``tol`` stops training early.
+    warmup_fraction : float, default=0.05
+        Fraction of the ``max_epochs * steps_per_epoch`` steps with a linear
+        warm-up; the rest decays to zero along a cosine (see
+        :func:`learning_rate_schedule`).
+    weight_decay : float, default=0.0
+        Decoupled (AdamW) weight decay: each step multiplies the parameters
+        by ``1 - rate * weight_decay`` before the Adam update.
+    beta_1, beta_2 : float, default=0.9, 0.999
+        Decay rates of Adam's first and second moment estimates, in [0, 1).
+    epsilon : float, default=1e-8
+        Added to the root of the second moment estimate.
+    init_scale : float or None, default=None
+        Standard deviation of the Gaussian initial entries of every V_h and
+        Q_h; None uses ``1 / sqrt(d)`` (the scale of the paper's generator).
+        Adam is not scale invariant: inputs far from unit scale may need a
+        different ``init_scale`` and ``learning_rate``.
+    validation_fraction : float, default=0.0
+        Fraction of the sequences held out (at random) to compute
+        ``validation_curve_`` and to decide ``tol``; 0 trains on everything.
+    tol : float or None, default=None
+        Stop at the end of the first epoch whose relative MSE
+        (``MSE / mean(y**2)`` over real outputs) falls below ``tol``: on the
+        validation split if there is one, else on the training data.  None
+        runs all ``max_epochs``.  A ConvergenceWarning says when ``tol`` was
+        not reached.
+    token_dim : int or None, default=None
+        Token dimension for 2-D X (see
+        :class:`~sklearn_linattn.LinearAttentionFeatures`).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the initialisation, the validation split and the shuffling.
+    verbose : int, default=0
+        Print the loss of each epoch when positive.
+
+    Attributes
+    ----------
+    value_matrices_ : ndarray of shape (n_heads_, d_out, d)
+        Value matrices V_h.
+    key_query_matrices_ : ndarray of shape (n_heads_, d, d)
+        Fused key-query matrices Q_h.
+    n_heads_ : int
+        Number of heads.
+    coef_ : ndarray of shape (d_out, psi)
+        Folded coefficients p(Theta) of the trained heads (see
+        :func:`~sklearn_linattn.attention_coefficients`); the distance
+        ``||coef_ - p(Theta)||`` to another model is the distance between the
+        functions.
+    loss_curve_ : list of float
+        Mean training loss of each epoch (minibatch losses averaged over the
+        real outputs they cover, with the parameters of each step).
+    validation_curve_ : list of float or None
+        Relative MSE on the validation split at the end of each epoch; None
+        when ``validation_fraction == 0``.
+    elapsed_ : list of float
+        Wall-clock seconds since the start of ``fit`` at the end of each epoch
+        (including the per-epoch evaluation).
+    n_iter_ : int
+        Number of epochs run.
+    n_features_in_ : int
+        Token dimension d.
+    n_outputs_ : int
+        Output dimension d_out.
+
+    See Also
+    --------
+    LinearAttentionRegressor : the closed-form (global optimum) learner.
+
+    Notes
+    -----
+    The gradients of the mean squared error are analytic and vectorised over
+    every position of a minibatch (see :func:`mhla_loss_gradient`); the
+    running moments of the causal readout come from a cumulative sum.  Adam
+    updates follow Kingma and Ba with bias correction; weight decay follows
+    Loshchilov and Hutter (AdamW).  All arithmetic is float64.
+
+    References
+    ----------
+    .. [1] M. Yau, E. Akyurek, J. Mao, J. B. Tenenbaum, S. Jegelka and
+       J. Andreas, "Learning Linear Attention in Polynomial Time",
+       arXiv:2410.10101.
+    .. [2] D. P. Kingma and J. Ba, "Adam: A Method for Stochastic
+       Optimization", arXiv:1412.6980.
+    .. [3] I. Loshchilov and F. Hutter, "Decoupled Weight Decay
+       Regularization", arXiv:1711.05101.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import mhla_forward
+    >>> from sklearn_linattn.gradient import AdamLinearAttentionRegressor
+    >>> from sklearn_linattn import LinearAttentionRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> V, Q = rng.normal(size=(1, 1, 2)), rng.normal(size=(1, 2, 2))
+    >>> X = rng.normal(size=(512, 10, 2)) / np.sqrt(10)
+    >>> y = mhla_forward(X, V, Q)[:, 0]
+    >>> model = AdamLinearAttentionRegressor(
+    ...     n_heads=4, learning_rate=0.05, max_epochs=100, validation_fraction=0.25,
+    ...     tol=1e-6, random_state=0,
+    ... ).fit(X, y)
+    >>> model.value_matrices_.shape, model.key_query_matrices_.shape
+    ((4, 1, 2), (4, 2, 2))
+    >>> bool(model.n_iter_ < 100 and model.validation_curve_[-1] < 1e-6)
+    True
+
+    The same function as the closed form, to the precision reached:
+
+    >>> closed = LinearAttentionRegressor().fit(X, y)
+    >>> distance = np.linalg.norm(model.coef_ - closed.coef_)
+    >>> bool(distance < 1e-2 * np.linalg.norm(closed.coef_))
+    True
+    """
+
+    def __init__(
+        self,
+        n_heads=1,
+        readout="last",
+        learning_rate=1e-2,
+        batch_size=32,
+        max_epochs=100,
+        warmup_fraction=0.05,
+        weight_decay=0.0,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-8,
+        init_scale=None,
+        validation_fraction=0.0,
+        tol=None,
+        token_dim=None,
+        random_state=None,
+        verbose=0,
+    ):
+        self.n_heads = n_heads
+        self.readout = readout
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.warmup_fraction = warmup_fraction
+        self.weight_decay = weight_decay
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.init_scale = init_scale
+        self.validation_fraction = validation_fraction
+        self.tol = tol
+        self.token_dim = token_dim
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _check_params(self):
+        inf = math.inf
+        _check_int("n_heads", self.n_heads, 1)
+        check_readout(self.readout)
+        _check_real("learning_rate", self.learning_rate, 0, inf, low_open=True, high_open=True)
+        _check_int("batch_size", self.batch_size, 1)
+        _check_int("max_epochs", self.max_epochs, 1)
+        _check_real("warmup_fraction", self.warmup_fraction, 0, 1)
+        _check_real("weight_decay", self.weight_decay, 0, inf, high_open=True)
+        _check_real("beta_1", self.beta_1, 0, 1, high_open=True)
+        _check_real("beta_2", self.beta_2, 0, 1, high_open=True)
+        _check_real("epsilon", self.epsilon, 0, inf, low_open=True, high_open=True)
+        if self.init_scale is not None:
+            _check_real("init_scale", self.init_scale, 0, inf, low_open=True, high_open=True)
+        _check_real("validation_fraction", self.validation_fraction, 0, 1, high_open=True)
+        if self.tol is not None:
+            _check_real("tol", self.tol, 0, inf, low_open=True, high_open=True)
+        check_token_dim(self.token_dim)
+        if isinstance(self.verbose, (bool, np.bool_)):
+            return
+        _check_int("verbose", self.verbose, 0)
+
+    def _split(self, n_samples, rng):
+        """Indices of the training and validation sequences."""
+        if self.validation_fraction == 0:
+            return np.arange(n_samples), None
+        n_val = math.ceil(self.validation_fraction * n_samples)
+        if n_val >= n_samples:
+            raise ValueError(
+                f"validation_fraction={self.validation_fraction!r} leaves no training "
+                f"sequence out of n_samples={n_samples}; use a smaller fraction or more "
+                "data."
+            )
+        perm = rng.permutation(n_samples)
+        return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+
+    def fit(self, X, y):
+        """Train the heads by minibatch Adam.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Training sequences; trailing all-NaN tokens are padding.
+        y : array-like
+            ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
+            ``readout="all"``: shape (n_samples, n_tokens) or
+            (n_samples, n_tokens, d_out), NaN at padded positions.
+
+        Returns
+        -------
+        self : AdamLinearAttentionRegressor
+        """
+        start = time.perf_counter()
+        self._check_params()
+        X, lengths = check_sequences(X, token_dim=self.token_dim)
+        Y, single = check_targets(y, lengths, X.shape[1], readout=self.readout)
+        X = np.asarray(X, dtype=np.float64)
+        readout = self.readout
+        n_samples, _, d = X.shape
+        d_out = Y.shape[-1]
+        n_heads = int(self.n_heads)
+        rng = check_random_state(self.random_state)
+
+        # Draw order (part of the reproducibility contract): heads, split, shuffles.
+        scale = 1.0 / math.sqrt(d) if self.init_scale is None else float(self.init_scale)
+        V = scale * rng.standard_normal((n_heads, d_out, d))
+        Q = scale * rng.standard_normal((n_heads, d, d))
+        train, val = self._split(n_samples, rng)
+        X_tr, Y_tr, len_tr = X[train], Y[train], lengths[train]
+        n_train = len(train)
+        batch_size = min(int(self.batch_size), n_train)
+        steps_per_epoch = math.ceil(n_train / batch_size)
+        n_steps = int(self.max_epochs) * steps_per_epoch
+        rates = learning_rate_schedule(
+            np.arange(n_steps), n_steps, float(self.learning_rate),
+            float(self.warmup_fraction),
+        )
+        beta_1, beta_2 = float(self.beta_1), float(self.beta_2)
+        eps, wd = float(self.epsilon), float(self.weight_decay)
+        m_V, v_V = np.zeros_like(V), np.zeros_like(V)
+        m_Q, v_Q = np.zeros_like(Q), np.zeros_like(Q)
+
+        self.loss_curve_ = []
+        self.validation_curve_ = None if val is None else []
+        self.elapsed_ = []
+        converged = False
+        step = 0
+        for epoch in range(int(self.max_epochs)):
+            order = rng.permutation(n_train)
+            epoch_sse, epoch_outputs = 0.0, 0
+            for b in range(steps_per_epoch):
+                idx = order[b * batch_size : (b + 1) * batch_size]
+                loss, g_V, g_Q, n_out = _loss_gradient(
+                    X_tr[idx], Y_tr[idx], len_tr[idx], V, Q, readout
+                )
+                if not np.isfinite(loss):
+                    raise ValueError(
+                        f"the training loss became {loss} at epoch {epoch + 1}: Adam "
+                        f"diverged with learning_rate={self.learning_rate!r}. Scale X "
+                        "towards unit size or lower learning_rate / init_scale."
+                    )
+                epoch_sse += loss * n_out
+                epoch_outputs += n_out
+                t = step + 1
+                rate = rates[step]
+                m_V = beta_1 * m_V + (1 - beta_1) * g_V
+                m_Q = beta_1 * m_Q + (1 - beta_1) * g_Q
+                v_V = beta_2 * v_V + (1 - beta_2) * g_V**2
+                v_Q = beta_2 * v_Q + (1 - beta_2) * g_Q**2
+                c_1, c_2 = 1 - beta_1**t, 1 - beta_2**t
+                if wd:
+                    V = V * (1 - rate * wd)
+                    Q = Q * (1 - rate * wd)
+                V = V - rate * (m_V / c_1) / (np.sqrt(v_V / c_2) + eps)
+                Q = Q - rate * (m_Q / c_1) / (np.sqrt(v_Q / c_2) + eps)
+                step += 1
+            self.loss_curve_.append(epoch_sse / epoch_outputs)
+            message = f"epoch {epoch + 1}/{self.max_epochs}: loss {self.loss_curve_[-1]:.3e}"
+            monitored = None
+            if val is not None:
+                monitored = _relative_mse(X[val], lengths[val], Y[val], V, Q, readout)
+                self.validation_curve_.append(monitored)
+                message += f", relative validation MSE {monitored:.3e}"
+            elif self.tol is not None:
+                monitored = _relative_mse(X_tr, len_tr, Y_tr, V, Q, readout)
+                message += f", relative training MSE {monitored:.3e}"
+            self.elapsed_.append(time.perf_counter() - start)
+            if self.verbose:
+                print(f"[AdamLinearAttentionRegressor] {message} ({self.elapsed_[-1]:.3f} s)")
+            if self.tol is not None and monitored < self.tol:
+                converged = True
+                break
+        self.n_iter_ = len(self.loss_curve_)
+        if self.tol is not None and not converged:
+            warnings.warn(
+                f"AdamLinearAttentionRegressor stopped after max_epochs={self.max_epochs} "
+                f"epochs with relative MSE {monitored:.3g}, above tol={self.tol!r}; "
+                "increase max_epochs or n_heads, or tune learning_rate.",
+                ConvergenceWarning,
+            )
+        self.value_matrices_ = V
+        self.key_query_matrices_ = Q
+        self.n_heads_ = n_heads
+        self.coef_ = attention_coefficients(V, Q)
+        self.n_features_in_ = d
+        self.n_outputs_ = d_out
+        self._single_output = single
+        return self
