@@ -212,10 +212,16 @@ def solve_svd(Phi, Y_rows, alpha=0.0, dtype=np.float64):
 
 
 def choose_solver(solver, n_rows, psi):
-    """Resolve ``"auto"``: the SVD of the design matrix while it is small."""
+    """Resolve ``"auto"``.
+
+    The SVD of a wide design (fewer rows than features) is cheaper than the
+    eigen-decomposition of the psi x psi Gram matrix; a tall design is
+    reduced to the Gram matrix in chunks, which costs one GEMM pass and
+    O(psi^2) memory (an SVD of the tall design costs several times more).
+    """
     if solver != "auto":
         return solver
-    return "svd" if n_rows * psi <= _SVD_MAX_VALUES else "eigh"
+    return "svd" if n_rows < psi and n_rows * psi <= _SVD_MAX_VALUES else "eigh"
 
 
 def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto"):

@@ -244,8 +244,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``"eigh"``: normal equations through an eigen-decomposition of
         ``Phi^T Phi``, accumulated over chunks (memory O(psi^2)).  ``"svd"``:
         SVD of the design matrix (more accurate, memory O(n_rows psi)).
-        ``"auto"`` uses ``"svd"`` while the design matrix holds at most 2**24
-        values and ``"eigh"`` beyond.
+        ``"auto"`` uses ``"svd"`` when there are fewer feature rows than
+        features (and the design holds at most 2**24 values), ``"eigh"``
+        otherwise.
     token_dim : int or None, default=None
         Token dimension for 2-D X (see :class:`LinearAttentionFeatures`).
     random_state : int, RandomState instance or None, default=None
