@@ -190,7 +190,7 @@ def _demo(args):
     for w in caught:
         print(f"warning: {w.message}")
     print(f"out-of-distribution relative error: {ood_error(full):.2e} (SVD heads), "
-          f"{ood_error(small):.2e} ({small.n_heads_} heads)")
+          f"{ood_error(small):.2e} ({small.n_heads_} head{'s' if small.n_heads_ > 1 else ''})")
     return 0
 
 
