@@ -360,9 +360,9 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
 
     Attributes
     ----------
-    value_matrices_ : ndarray of shape (n_heads_, d_out, d)
-        Value matrices V_h.
-    key_query_matrices_ : ndarray of shape (n_heads_, d, d)
+    value_matrices_ : ndarray of shape (H, d_out, d)
+        Value matrices V_h, one per head (H = ``n_heads_``).
+    key_query_matrices_ : ndarray of shape (H, d, d)
         Fused key-query matrices Q_h.
     n_heads_ : int
         Number of heads.
