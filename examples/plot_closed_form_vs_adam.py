@@ -12,7 +12,8 @@ position of Gaussian sequences (causal readout). We train
 
 and plot the relative validation error against epochs and against wall-clock time. The setting is
 scaled down (d = 4 as in the paper, 2048 sequences of 50 tokens instead of 100, 40 epochs) so that the example runs in under a
-minute; ``benchmarks/adam_vs_closed_form.py`` runs the paper's full size.
+minute; ``benchmarks/adam_vs_closed_form.py`` runs the paper's full size. The grey band marks
+float64 rounding: errors below about 1e-25 no longer tell models apart.
 """
 
 import time
@@ -32,9 +33,11 @@ def relative_error(model):
     return np.mean((model.predict(X_val) - y_val) ** 2) / np.mean(y_val**2)
 
 
-start = time.perf_counter()
-closed = LinearAttentionRegressor(readout="all").fit(X_train, y_train)
-closed_time = time.perf_counter() - start
+closed_time = np.inf
+for _ in range(3):  # best of three: the first call also pays for imports and caches
+    start = time.perf_counter()
+    closed = LinearAttentionRegressor(readout="all").fit(X_train, y_train)
+    closed_time = min(closed_time, time.perf_counter() - start)
 closed_error = relative_error(closed)
 print(f"closed form: relative validation MSE {closed_error:.1e} in {closed_time:.3f} s")
 
@@ -67,12 +70,16 @@ for n_heads in [1, 2, 4, d * d]:
 fig, (ax_epochs, ax_time) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
 for n_heads, adam in curves.items():
     epochs = np.arange(1, adam.n_iter_ + 1)
-    ax_epochs.semilogy(epochs, adam.validation_curve_, label=f"Adam, {n_heads} heads")
-    ax_time.loglog(adam.elapsed_, adam.validation_curve_, label=f"Adam, {n_heads} heads")
+    label = f"Adam, {n_heads} head{'s' if n_heads > 1 else ''}"
+    ax_epochs.semilogy(epochs, adam.validation_curve_, label=label)
+    ax_time.loglog(adam.elapsed_, adam.validation_curve_, label=label)
 floor = max(closed_error, 1e-30)
 ax_epochs.axhline(floor, color="k", ls="--", label="closed form")
 ax_time.scatter([closed_time], [floor], color="k", marker="*", s=150, zorder=3,
                 label="closed form")
+for ax in (ax_epochs, ax_time):
+    # Below about 1e-25 every curve is float64 rounding, not a difference in the models.
+    ax.axhspan(1e-40, 1e-25, color="0.9", zorder=0)
 ax_epochs.set_xlabel("epoch")
 ax_time.set_xlabel("wall-clock seconds")
 ax_epochs.set_ylabel("relative validation MSE")

@@ -5,7 +5,7 @@ feature map of its input sequence, so fitting it is least squares with a
 global optimum; the solution converts back into attention heads.
 """
 
-from ._certificate import IdentifiabilityCertificate, certify_identifiability
+from ._certificate import IdentifiabilityCertificate, Witness, certify_identifiability
 from ._features import attention_kernel
 from ._mhla import (
     attention_coefficients,
@@ -26,6 +26,7 @@ __all__ = [
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
+    "Witness",
     "attention_coefficients",
     "attention_kernel",
     "certify_identifiability",

@@ -117,3 +117,24 @@ def test_demo_runs_as_a_module():
     assert "heads from the SVD" in out and "heads after compression: 2" in out
     err = float(out.split("out-of-distribution relative error:")[1].split()[0])
     assert err < 1e-8
+
+
+def test_certify_text_json_and_check(tmp_path, capsys):
+    from sklearn_linattn.datasets import make_associative_memory
+
+    X_ok, _ = make_associative_memory(600, 2, distribution="gaussian", random_state=0)
+    X_bad, _ = make_associative_memory(600, 2, distribution="orthonormal", random_state=0)
+    np.savez(tmp_path / "ok.npz", X=X_ok)
+    np.savez(tmp_path / "bad.npz", X=X_bad)
+
+    assert main(["certify", str(tmp_path / "ok.npz")]) == 0
+    assert capsys.readouterr().out.startswith("Identifiability certificate: IDENTIFIABLE")
+
+    assert main(["certify", str(tmp_path / "bad.npz"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["identifiable"] is False
+    assert report["rank"] < report["n_features"] == 4 * 4 * 5 // 2
+    assert report["n_samples"] == 600 and report["tol"] > 0
+
+    assert main(["certify", str(tmp_path / "bad.npz"), "--check"]) == 1
+    assert main(["certify", str(tmp_path / "ok.npz"), "--check"]) == 0
