@@ -10,7 +10,6 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import make_pipeline
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_linattn import (
     LinearAttentionFeatures,
@@ -20,33 +19,6 @@ from sklearn_linattn import (
     same_function,
 )
 from sklearn_linattn._features import attention_features, n_attention_features
-
-_TWO_D_IS_SEQUENCES = (
-    "2-D X holds univariate sequences (d = 1): n_features_in_ is the token dimension, "
-    "and a different number of columns is a different sequence length, which is valid"
-)
-_EXPECTED_FAILURES = {
-    "check_n_features_in": _TWO_D_IS_SEQUENCES,
-    "check_n_features_in_after_fitting": _TWO_D_IS_SEQUENCES,
-    "check_transformer_general": _TWO_D_IS_SEQUENCES,
-    "check_dtype_object": (
-        "object arrays are rejected with a TypeError by design: sequences must have a "
-        "numeric dtype"
-    ),
-}
-
-
-def _expected_failures(estimator):
-    return _EXPECTED_FAILURES
-
-
-@parametrize_with_checks(
-    [LinearAttentionRegressor(), LinearAttentionFeatures()],
-    expected_failed_checks=_expected_failures,
-)
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
-
 
 def _generator(rng, d, d_out=1, n_heads=1):
     V = rng.normal(size=(n_heads, d_out, d)) / np.sqrt(d)

@@ -9,7 +9,6 @@ import pytest
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_linattn import (
     LinearAttentionRegressor,
@@ -23,34 +22,6 @@ from sklearn_linattn.gradient import (
     learning_rate_schedule,
     mhla_loss_gradient,
 )
-
-# Same reasons as for LinearAttentionRegressor in tests/test_estimators.py
-# (the dict cannot be imported across test modules cleanly).
-_TWO_D_IS_SEQUENCES = (
-    "2-D X holds univariate sequences (d = 1): n_features_in_ is the token dimension, "
-    "and a different number of columns is a different sequence length, which is valid"
-)
-_EXPECTED_FAILURES = {
-    "check_n_features_in": _TWO_D_IS_SEQUENCES,
-    "check_n_features_in_after_fitting": _TWO_D_IS_SEQUENCES,
-    "check_dtype_object": (
-        "object arrays are rejected with a TypeError by design: sequences must have a "
-        "numeric dtype"
-    ),
-}
-
-
-def _expected_failures(estimator):
-    return _EXPECTED_FAILURES
-
-
-@parametrize_with_checks(
-    [AdamLinearAttentionRegressor(max_epochs=3)],
-    expected_failed_checks=_expected_failures,
-)
-def test_sklearn_compatible(estimator, check):
-    check(estimator)
-
 
 # ---------------------------------------------------------------------------
 # helpers

@@ -1,0 +1,41 @@
+"""scikit-learn's common estimator checks over every public estimator."""
+
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sklearn_linattn import (
+    AdamLinearAttentionRegressor,
+    LinearAttentionFeatures,
+    LinearAttentionRegressor,
+)
+
+_TWO_D_IS_SEQUENCES = (
+    "2-D X holds univariate sequences (d = 1): n_features_in_ is the token dimension, "
+    "and a different number of columns is a different sequence length, which is valid"
+)
+_EXPECTED_FAILURES = {
+    "check_n_features_in": _TWO_D_IS_SEQUENCES,
+    "check_n_features_in_after_fitting": _TWO_D_IS_SEQUENCES,
+    "check_transformer_general": _TWO_D_IS_SEQUENCES,
+    "check_dtype_object": (
+        "object arrays are rejected with a TypeError by design: sequences must have a "
+        "numeric dtype"
+    ),
+}
+
+
+def _expected_failures(estimator):
+    # A check that does not apply to an estimator (e.g. transformer checks on a
+    # regressor) is simply not generated for it, so one table serves all.
+    return _EXPECTED_FAILURES
+
+
+@parametrize_with_checks(
+    [
+        LinearAttentionRegressor(),
+        LinearAttentionFeatures(),
+        AdamLinearAttentionRegressor(max_epochs=3),
+    ],
+    expected_failed_checks=_expected_failures,
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
