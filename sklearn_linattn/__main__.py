@@ -158,13 +158,18 @@ def _demo(args):
         y = mhla_forward(np.nan_to_num(X), V, Q, lengths)[:, 0]
         return X, y
 
-    X, y = sequences(n_samples, 4, args.max_len, 1.0)
+    if args.min_len > args.max_len:
+        print(f"error: --min-len ({args.min_len}) exceeds --max-len ({args.max_len})",
+              file=sys.stderr)
+        return 2
+    X, y = sequences(n_samples, args.min_len, args.max_len, 1.0)
     # Out of distribution: 4x longer sequences with 3x larger tokens.
     X_ood, y_ood = sequences(500, 2 * args.max_len, 4 * args.max_len, 3.0)
 
     print(f"generator: {n_heads} head(s), d = {d}, psi = {psi} cubic features")
     print(
-        f"training:  {n_samples} sequences of 4..{args.max_len} tokens (NaN-padded); "
+        f"training:  {n_samples} sequences of {args.min_len}..{args.max_len} tokens "
+        "(NaN-padded); "
         f"test: 500 sequences of {2 * args.max_len}..{4 * args.max_len} tokens, 3x larger"
     )
     start = time.perf_counter()
@@ -214,6 +219,7 @@ def build_parser():
     demo.add_argument(
         "--n-samples", type=int, default=None, help="training sequences (default 4 psi)"
     )
+    demo.add_argument("--min-len", type=int, default=4, help="shortest training sequence")
     demo.add_argument("--max-len", type=int, default=16, help="longest training sequence")
     demo.add_argument("--seed", type=int, default=0, help="random seed")
     demo.set_defaults(func=_demo)
@@ -272,7 +278,7 @@ def build_parser():
 def main(argv=None):
     """Entry point of ``python -m sklearn_linattn``."""
     args = build_parser().parse_args(argv)
-    for name in ("d", "heads", "max_len", "n_heads", "token_dim"):
+    for name in ("d", "heads", "min_len", "max_len", "n_samples", "n_heads", "token_dim"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             print(f"error: --{name.replace('_', '-')} must be at least 1; got {value}",
