@@ -485,3 +485,81 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y"):
         )
     Y[~real] = 0.0
     return Y, single
+
+
+def check_scalar(
+    value,
+    name,
+    *,
+    integer=False,
+    low=None,
+    high=None,
+    low_open=False,
+    high_open=False,
+    allow_none=False,
+):
+    """Check one numeric parameter; the message names it, the range and the value.
+
+    Parameters
+    ----------
+    value : object
+        The parameter as given.
+    name : str
+        Its name, used in error messages.
+    integer : bool, default=False
+        Require an integer (bools are refused); otherwise any finite real.
+    low, high : float or None
+        Bounds of the allowed range (None: unbounded on that side).
+    low_open, high_open : bool, default=False
+        Exclude the bound itself.
+    allow_none : bool, default=False
+        Accept None (returned as is).
+
+    Returns
+    -------
+    value : int, float or None
+
+    Raises
+    ------
+    TypeError
+        When ``value`` is not a number of the expected kind.
+    ValueError
+        When it is not finite or outside the range.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._validation import check_scalar
+    >>> check_scalar(3, "n_heads", integer=True, low=1)
+    3
+    >>> check_scalar(1.5, "beta_1", low=0, high=1, high_open=True)
+    Traceback (most recent call last):
+        ...
+    ValueError: beta_1 must be a real number in [0, 1); got 1.5.
+    """
+    if low is not None and high is not None:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        expected = f"in {interval}"
+    elif low is not None:
+        expected = f"{'>' if low_open else '>='} {low}"
+    elif high is not None:
+        expected = f"{'<' if high_open else '<='} {high}"
+    else:
+        expected = ""
+    expected = f"{'an integer' if integer else 'a real number'} {expected}".strip()
+    if allow_none:
+        if value is None:
+            return None
+        expected = f"None or {expected}"
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
+        raise TypeError(
+            f"{name} must be {expected}; got {value!r} of type {type(value).__name__}."
+        )
+    ok = bool(np.isfinite(value))
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise ValueError(f"{name} must be {expected}; got {value!r}.")
+    return int(value) if integer else float(value)

@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ._mhla import mhla_forward
-from ._validation import check_readout
+from ._validation import check_readout, check_scalar
 
 __all__ = [
     "dfa_vocabulary",
@@ -45,40 +45,6 @@ def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(
         value, (bool, np.bool_)
     )
-
-
-def _check_int(value, name, *, min_value=1):
-    if not _is_int(value):
-        raise TypeError(
-            f"{name} must be an integer >= {min_value}; got {value!r} of type "
-            f"{type(value).__name__}."
-        )
-    if value < min_value:
-        raise ValueError(f"{name} must be an integer >= {min_value}; got {value}.")
-    return int(value)
-
-
-def _check_real(value, name, *, low, high=None, low_inclusive=True, allow_none=False):
-    """A finite real number in [low, high] (or (low, high] if not low_inclusive)."""
-    if value is None and allow_none:
-        return None
-    if low_inclusive:
-        expected = f"a real number >= {low}"
-    else:
-        expected = f"a real number > {low}"
-    if high is not None:
-        expected = f"a real number in [{low}, {high}]"
-    if allow_none:
-        expected = f"None or {expected}"
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name} must be {expected}; got {value!r} of type {type(value).__name__}."
-        )
-    value = float(value)
-    too_low = value < low if low_inclusive else value <= low
-    if not np.isfinite(value) or too_low or (high is not None and value > high):
-        raise ValueError(f"{name} must be {expected}; got {value!r}.")
-    return value
 
 
 def _check_option(value, name, options):
@@ -270,20 +236,16 @@ def make_random_mhla(
     >>> y.shape
     (4,)
     """
-    n_samples = _check_int(n_samples, "n_samples")
-    n_tokens = _check_int(n_tokens, "n_tokens")
-    d = _check_int(d, "d")
-    n_heads = _check_int(n_heads, "n_heads")
-    d_out = _check_int(d_out, "d_out")
+    n_samples = check_scalar(n_samples, "n_samples", integer=True, low=1)
+    n_tokens = check_scalar(n_tokens, "n_tokens", integer=True, low=1)
+    d = check_scalar(d, "d", integer=True, low=1)
+    n_heads = check_scalar(n_heads, "n_heads", integer=True, low=1)
+    d_out = check_scalar(d_out, "d_out", integer=True, low=1)
     check_readout(readout)
-    noise = _check_real(noise, "noise", low=0.0)
+    noise = check_scalar(noise, "noise", low=0.0)
     bounds = _check_variable_length(variable_length, n_tokens)
-    weight_scale = _check_real(
-        weight_scale, "weight_scale", low=0.0, low_inclusive=False, allow_none=True
-    )
-    token_scale = _check_real(
-        token_scale, "token_scale", low=0.0, low_inclusive=False, allow_none=True
-    )
+    weight_scale = check_scalar(weight_scale, "weight_scale", low=0.0, low_open=True, allow_none=True)
+    token_scale = check_scalar(token_scale, "token_scale", low=0.0, low_open=True, allow_none=True)
     return_params = _check_bool(return_params, "return_params")
     rng = _check_random_state(random_state)
     if weight_scale is None:
@@ -424,10 +386,10 @@ def make_associative_memory(
     >>> bool(np.allclose(y[:, 3:], retrieved + zeta)), bool(np.all(y[:, :3] == 0))
     (True, True)
     """
-    n_samples = _check_int(n_samples, "n_samples")
-    d = _check_int(d, "d")
+    n_samples = check_scalar(n_samples, "n_samples", integer=True, low=1)
+    d = check_scalar(d, "d", integer=True, low=1)
     _check_option(distribution, "distribution", ("gaussian", "orthonormal", "mixture"))
-    p_orthonormal = _check_real(p_orthonormal, "p_orthonormal", low=0.0, high=1.0)
+    p_orthonormal = check_scalar(p_orthonormal, "p_orthonormal", low=0.0, high=1.0)
     _check_option(targets, "targets", ("token", "value"))
     return_params = _check_bool(return_params, "return_params")
     rng = _check_random_state(random_state)
@@ -504,8 +466,8 @@ def dfa_vocabulary(n_states, alphabet_size):
     >>> dfa_vocabulary(2, 3)
     ['q0', 'q1', 'a0', 'a1', 'a2', '(', ')', '|']
     """
-    n_states = _check_int(n_states, "n_states")
-    alphabet_size = _check_int(alphabet_size, "alphabet_size")
+    n_states = check_scalar(n_states, "n_states", integer=True, low=1)
+    alphabet_size = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
     return (
         [f"q{s}" for s in range(n_states)]
         + [f"a{w}" for w in range(alphabet_size)]
@@ -625,10 +587,10 @@ def make_dfa_execution(
     >>> bool(np.array_equal(y[:, :-1], X[:, 1:]))
     True
     """
-    n_samples = _check_int(n_samples, "n_samples")
-    n_states = _check_int(n_states, "n_states")
-    alphabet_size = _check_int(alphabet_size, "alphabet_size")
-    word_length = _check_int(word_length, "word_length")
+    n_samples = check_scalar(n_samples, "n_samples", integer=True, low=1)
+    n_states = check_scalar(n_states, "n_states", integer=True, low=1)
+    alphabet_size = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
+    word_length = check_scalar(word_length, "word_length", integer=True, low=1)
     _check_option(targets, "targets", ("all", "history"))
     return_params = _check_bool(return_params, "return_params")
     rng = _check_random_state(random_state)

@@ -18,7 +18,6 @@ of the squared error, so both gradients are averaged the same way.
 """
 
 import math
-import numbers
 import time
 import warnings
 
@@ -31,6 +30,7 @@ from ._features import iter_sample_chunks
 from ._mhla import _check_heads, attention_coefficients, mhla_forward
 from ._validation import (
     check_readout,
+    check_scalar,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -263,37 +263,6 @@ def _relative_mse(X, lengths, Y, V, Q, readout):
     return mse / scale if scale > 0 else mse
 
 
-# ---------------------------------------------------------------------------
-# Parameter checks (each names the parameter, what was expected, what was given)
-# ---------------------------------------------------------------------------
-
-
-def _check_int(name, value, low):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            f"{name} must be an integer >= {low}; got {value!r} of type "
-            f"{type(value).__name__}."
-        )
-    if value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}.")
-
-
-def _check_real(name, value, low, high, *, low_open=False, high_open=False):
-    interval = (
-        f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
-    )
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            f"{name} must be a real number in {interval}; got {value!r} of type "
-            f"{type(value).__name__}."
-        )
-    ok = bool(np.isfinite(value))
-    ok = ok and (value > low if low_open else value >= low)
-    ok = ok and (value < high if high_open else value <= high)
-    if not ok:
-        raise ValueError(f"{name} must be a real number in {interval}; got {value!r}.")
-
-
 class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     """Multi-head linear attention with a fixed number of heads, trained by Adam.
 
@@ -473,26 +442,24 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.verbose = verbose
 
     def _check_params(self):
-        inf = math.inf
-        _check_int("n_heads", self.n_heads, 1)
+        check_scalar(self.n_heads, "n_heads", integer=True, low=1)
         check_readout(self.readout)
-        _check_real("learning_rate", self.learning_rate, 0, inf, low_open=True, high_open=True)
-        _check_int("batch_size", self.batch_size, 1)
-        _check_int("max_epochs", self.max_epochs, 1)
-        _check_real("warmup_fraction", self.warmup_fraction, 0, 1)
-        _check_real("weight_decay", self.weight_decay, 0, inf, high_open=True)
-        _check_real("beta_1", self.beta_1, 0, 1, high_open=True)
-        _check_real("beta_2", self.beta_2, 0, 1, high_open=True)
-        _check_real("epsilon", self.epsilon, 0, inf, low_open=True, high_open=True)
-        if self.init_scale is not None:
-            _check_real("init_scale", self.init_scale, 0, inf, low_open=True, high_open=True)
-        _check_real("validation_fraction", self.validation_fraction, 0, 1, high_open=True)
-        if self.tol is not None:
-            _check_real("tol", self.tol, 0, inf, low_open=True, high_open=True)
+        check_scalar(self.learning_rate, "learning_rate", low=0, low_open=True)
+        check_scalar(self.batch_size, "batch_size", integer=True, low=1)
+        check_scalar(self.max_epochs, "max_epochs", integer=True, low=1)
+        check_scalar(self.warmup_fraction, "warmup_fraction", low=0, high=1)
+        check_scalar(self.weight_decay, "weight_decay", low=0)
+        check_scalar(self.beta_1, "beta_1", low=0, high=1, high_open=True)
+        check_scalar(self.beta_2, "beta_2", low=0, high=1, high_open=True)
+        check_scalar(self.epsilon, "epsilon", low=0, low_open=True)
+        check_scalar(self.init_scale, "init_scale", low=0, low_open=True, allow_none=True)
+        check_scalar(
+            self.validation_fraction, "validation_fraction", low=0, high=1, high_open=True
+        )
+        check_scalar(self.tol, "tol", low=0, low_open=True, allow_none=True)
         check_token_dim(self.token_dim)
-        if isinstance(self.verbose, (bool, np.bool_)):
-            return
-        _check_int("verbose", self.verbose, 0)
+        if not isinstance(self.verbose, (bool, np.bool_)):
+            check_scalar(self.verbose, "verbose", integer=True, low=0)
 
     def _split(self, n_samples, rng):
         """Indices of the training and validation sequences."""
