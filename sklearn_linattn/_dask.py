@@ -1,0 +1,479 @@
+"""Sufficient statistics of dask arrays, computed per block and tree-reduced.
+
+Least squares on the cubic features needs only the Gram matrix
+``Phi^T Phi``, the moment ``Phi^T Y`` and a few target sums
+(:class:`~sklearn_linattn._solvers.SufficientStatistics`), and statistics of
+disjoint sets of sequences add up.  So a dask array of sequences chunked
+along the samples is reduced where its blocks live: every block is
+validated and turned into statistics by a task on a worker, and the
+statistics (psi x psi matrices, never the sequences) are summed in a tree of
+``split_every``-ary merge tasks.  The computation runs on the scheduler of
+the current dask context, so a ``distributed.Client`` is used when one is
+the default.
+
+dask is optional: this module imports it only when it is given dask input,
+and :func:`is_dask_collection` never imports it.
+
+Validation is the in-memory one.  Before any data are read, a one-sample
+stand-in of X (and of y) with the array's dtype and trailing shape goes
+through :func:`~sklearn_linattn._validation.check_sequences` and
+:func:`~sklearn_linattn._validation.check_targets`, so errors about dtypes,
+dimensions, ``token_dim`` and target shapes are raised at once, worded as for
+numpy input and naming the full shape.  Errors that depend on the values
+(the NaN padding rule, NaN or infinite targets) are raised by the same
+functions inside the block tasks; their sample indices are shifted by the
+block's offset, so that the message a worker raises is the message the
+in-memory fit would raise on the whole array.
+"""
+
+import numbers
+import re
+import sys
+
+import numpy as np
+from sklearn.utils.validation import check_array
+
+from ._solvers import SufficientStatistics
+from ._validation import check_readout, check_sequences, check_targets, check_token_dim
+
+__all__ = ["dask_sufficient_statistics", "is_dask_collection"]
+
+# Statistics merged by one task of the reduction tree.
+_DEFAULT_SPLIT_EVERY = 8
+
+# Names of the sample-aligned arguments, as the validation functions write
+# them in messages ("X[3, 1] is partly NaN", "y[7] is NaN", ...).
+_SAMPLE_INDEX = re.compile(r"(?<![\w.])(X|y|sample_weight)\[(\d+)")
+
+
+def is_dask_collection(obj):
+    """Whether ``obj`` is a dask collection (dask array, bag, delayed, ...).
+
+    Never imports dask: an object can only be a dask collection if dask has
+    already been imported, so this costs nothing when dask is not in use (or
+    not installed).
+
+    Parameters
+    ----------
+    obj : object
+        Anything, typically the ``X`` given to ``fit``.
+
+    Returns
+    -------
+    is_dask : bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._dask import is_dask_collection
+    >>> is_dask_collection(np.zeros((2, 3, 1)))
+    False
+    """
+    if sys.modules.get("dask") is None:  # never imported (or import blocked)
+        return False
+    import dask
+
+    return bool(dask.is_dask_collection(obj))
+
+
+def _import_dask_array():
+    try:
+        import dask.array as da
+    except ImportError as exc:  # pragma: no cover - exercised without dask only
+        raise ImportError(
+            "dask input needs the optional dependency dask[array]; install it with "
+            "pip install 'sklearn-linattn[dask]'."
+        ) from exc
+    return da
+
+
+def _check_known_chunks(a, name):
+    """Raise unless the chunk sizes of dask array ``a`` along axis 0 are known."""
+    if a.ndim and not all(np.isfinite(c) for c in a.chunks[0]):
+        raise ValueError(
+            f"{name} must have known chunk sizes along axis 0 (the samples); got "
+            f"chunks {a.chunks[0]}. Call {name}.compute_chunk_sizes() first."
+        )
+    return a
+
+
+def _check_dask_array(X, da, name):
+    """Return X if it is a dask array with known chunk sizes along the samples."""
+    if not isinstance(X, da.Array):
+        hint = (
+            f" Convert it with {name}.to_dask_array(lengths=True)."
+            if hasattr(X, "to_dask_array")
+            else ""
+        )
+        raise TypeError(
+            f"{name} must be a dask array (dask.array.Array) of sequences; got "
+            f"{type(X).__module__}.{type(X).__qualname__}.{hint}"
+        )
+    return _check_known_chunks(X, name)
+
+
+def _with_message(exc, message):
+    """A new exception of exc's type with another message (exc if impossible)."""
+    if type(exc) not in (TypeError, ValueError):
+        return exc
+    return type(exc)(message)
+
+
+def _reworded(exc, replacements):
+    """The same exception type with substrings of its message replaced."""
+    message = str(exc)
+    for old, new in replacements:
+        message = message.replace(old, new)
+    return _with_message(exc, message)
+
+
+def _global_indices(exc, offset):
+    """``exc`` with the sample indices of a block shifted by the block offset."""
+    message = _SAMPLE_INDEX.sub(
+        lambda m: f"{m.group(1)}[{int(m.group(2)) + offset}", str(exc)
+    )
+    return _with_message(exc, message)
+
+
+def _check_sample_dtype_shape(X, *, token_dim, n_features):
+    """Run the shape and dtype checks of ``check_sequences`` without data.
+
+    A zero-filled stand-in holding one sample of X's dtype and trailing shape
+    is validated; messages name X's full shape.
+
+    Returns
+    -------
+    n_tokens, d : int
+        Padded length and token dimension of the validated sequences.
+    """
+    shape = tuple(X.shape)
+    probe_shape = (min(shape[0], 1),) + shape[1:] if shape else ()
+    probe = np.zeros(probe_shape, dtype=X.dtype)
+    try:
+        Xv, _ = check_sequences(probe, token_dim=token_dim, n_features=n_features)
+    except (TypeError, ValueError) as exc:
+        raise _reworded(exc, [(str(probe_shape), str(shape))]) from None
+    return Xv.shape[1], Xv.shape[2]
+
+
+def _check_targets_shape(y, n_samples, n_tokens, readout):
+    """Shape and dtype checks of ``check_targets`` on an array y, without data."""
+    shape = tuple(y.shape)
+    if shape[:1] != (n_samples,):
+        # check_targets' words for the same mistake.
+        raise ValueError(
+            f"y must have one entry per sequence of X (n_samples={n_samples}); got "
+            f"shape {shape}."
+        )
+    probe_shape = (1,) + shape[1:]
+    probe = np.zeros(probe_shape, dtype=y.dtype)
+    try:
+        check_targets(probe, np.array([n_tokens]), n_tokens, readout=readout)
+    except (TypeError, ValueError) as exc:
+        raise _reworded(
+            exc,
+            [
+                (str(probe_shape), str(shape)),
+                (f"= (1, {n_tokens}[, d_out])", f"= ({n_samples}, {n_tokens}[, d_out])"),
+            ],
+        ) from None
+
+
+def _sample_aligned(arg, X, da):
+    """Split a sample-aligned argument into one piece per sample block of X.
+
+    Dask arrays are rechunked to X's chunks along axis 0 (and one chunk along
+    the other axes) and split into delayed blocks; in-memory arguments (arrays
+    or lists) are sliced.
+    """
+    if isinstance(arg, da.Array):
+        arg = arg.rechunk((X.chunks[0],) + tuple((s,) for s in arg.shape[1:]))
+        return list(arg.to_delayed(optimize_graph=False).ravel())
+    bounds = np.cumsum((0,) + X.chunks[0])
+    return [arg[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _as_targets(y, da, n_samples, n_tokens, readout):
+    """Check y's shape up front; return it as a dask or numpy array, or a list.
+
+    A list of per-sequence targets of different lengths (``readout="all"``)
+    stays a list; its items are checked in the blocks.
+    """
+    if y is None:
+        # check_targets' own refusal.
+        check_targets(None, np.zeros(0, dtype=np.int64), n_tokens, readout=readout)
+    if isinstance(y, da.Array):
+        _check_known_chunks(y, "y")
+    elif isinstance(y, (list, tuple)):
+        try:
+            y = np.asarray(y)
+        except ValueError:  # ragged: per-sequence targets, padded by check_targets
+            if len(y) != n_samples:
+                raise ValueError(
+                    f"y must have one entry per sequence of X (n_samples={n_samples}); "
+                    f"got a list of {len(y)} sequences."
+                ) from None
+            return list(y)
+    else:
+        y = np.asarray(y)
+    _check_targets_shape(y, n_samples, n_tokens, readout)
+    return y
+
+
+def _as_sample_weight(sample_weight, da, n_samples):
+    """Check sample_weight's shape up front (a scalar is broadcast)."""
+    if sample_weight is None:
+        return None
+    if not isinstance(sample_weight, da.Array):
+        sample_weight = np.asarray(sample_weight)
+        if sample_weight.ndim == 0:
+            sample_weight = np.full(n_samples, sample_weight)
+    else:
+        _check_known_chunks(sample_weight, "sample_weight")
+        if sample_weight.ndim == 0:
+            sample_weight = da.broadcast_to(sample_weight, (n_samples,))
+    if tuple(sample_weight.shape) != (n_samples,):
+        raise ValueError(
+            f"sample_weight must have shape ({n_samples},); got "
+            f"{tuple(sample_weight.shape)}."
+        )
+    return sample_weight
+
+
+def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features):
+    """Validate one block of sequences and return its sufficient statistics.
+
+    Runs on a worker.  Returns ``(stats, single_output)``, or None for an
+    empty block.
+    """
+    if X.shape[0] == 0:
+        return None
+    try:
+        X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features)
+        Y, single = check_targets(y, lengths, X.shape[1], readout=readout)
+        kwargs = {}
+        if sample_weight is not None:
+            kwargs["sample_weight"] = check_array(
+                sample_weight, ensure_2d=False, dtype=np.float64,
+                input_name="sample_weight",
+            )
+    except (TypeError, ValueError) as exc:
+        raise _global_indices(exc, offset) from None
+    stats = SufficientStatistics(X.shape[2], Y.shape[-1])
+    stats.update(X, lengths, Y, readout=readout, **kwargs)
+    return stats, single
+
+
+def _add_statistics(total, part):
+    """Add the fields of ``part`` into ``total`` (the reduction's binary op)."""
+    total.gram += part.gram
+    total.moment += part.moment
+    total.y_sum += part.y_sum
+    total.y_sq += part.y_sq
+    total.n_rows += part.n_rows
+    total.n_samples += part.n_samples
+    if part.dtype.itemsize < total.dtype.itemsize:
+        total.dtype = part.dtype
+    return total
+
+
+def _merge_blocks(*parts):
+    """Sum the statistics of several blocks into a new object (a tree node).
+
+    The inputs are left untouched, so a task that is run again after a
+    worker failure gives the same sum.
+    """
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    first, single = parts[0]
+    total = SufficientStatistics(first.d, first.d_out)
+    for stats, part_single in parts:
+        if stats.d_out != first.d_out or part_single != single:
+            raise ValueError(
+                "every target in y must have the same output dimension; got "
+                f"{'no output axis' if single else f'd_out={first.d_out}'} for some "
+                f"sequences and "
+                f"{'no output axis' if part_single else f'd_out={stats.d_out}'} "
+                "for others."
+            )
+        _add_statistics(total, stats)
+    return total, single
+
+
+def _check_split_every(split_every):
+    if split_every is None:
+        return _DEFAULT_SPLIT_EVERY
+    if isinstance(split_every, (bool, np.bool_)) or not isinstance(
+        split_every, numbers.Integral
+    ):
+        raise TypeError(
+            f"split_every must be None or an integer >= 2; got {split_every!r} of type "
+            f"{type(split_every).__name__}."
+        )
+    if split_every < 2:
+        raise ValueError(f"split_every must be an integer >= 2; got {split_every}.")
+    return int(split_every)
+
+
+def _statistics_graph(
+    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
+    split_every=None,
+):
+    """Build the lazy reduction; see :func:`dask_sufficient_statistics`.
+
+    Returns
+    -------
+    result : dask.delayed.Delayed
+        Computes to ``(stats, single_output)``.
+    n_tokens : int
+        Padded length of the validated sequences.
+    """
+    da = _import_dask_array()
+    import dask
+    from dask.base import tokenize
+
+    check_readout(readout)
+    token_dim = check_token_dim(token_dim)
+    split_every = _check_split_every(split_every)
+    X = _check_dask_array(X, da, "X")
+    n_tokens, _ = _check_sample_dtype_shape(X, token_dim=token_dim, n_features=n_features)
+    n_samples = X.shape[0]
+    y = _as_targets(y, da, n_samples, n_tokens, readout)
+    sample_weight = _as_sample_weight(sample_weight, da, n_samples)
+
+    # One chunk along the tokens and the token coordinates: a block is a set
+    # of whole sequences.
+    X = X.rechunk({axis: -1 for axis in range(1, X.ndim)})
+    collections = [X] + [a for a in (y, sample_weight) if isinstance(a, da.Array)]
+    # Optimised together, so that work shared by X and y is done once.
+    collections = dask.optimize(*collections)
+    aligned = iter(collections[1:])
+    X = collections[0]
+    y = next(aligned) if isinstance(y, da.Array) else y
+    if isinstance(sample_weight, da.Array):
+        sample_weight = next(aligned)
+
+    token = tokenize(X, y, sample_weight, readout, token_dim, n_features, split_every)
+    x_blocks = X.to_delayed(optimize_graph=False).ravel()
+    y_blocks = _sample_aligned(y, X, da)
+    w_blocks = (
+        [None] * len(x_blocks)
+        if sample_weight is None
+        else _sample_aligned(sample_weight, X, da)
+    )
+    offsets = np.cumsum((0,) + X.chunks[0][:-1])
+    block = dask.delayed(_block_statistics)
+    level = [
+        block(
+            xb, yb, wb, int(offset), readout=readout, token_dim=token_dim,
+            n_features=n_features, dask_key_name=f"linattn-statistics-{token}-{i}",
+        )
+        for i, (xb, yb, wb, offset) in enumerate(zip(x_blocks, y_blocks, w_blocks, offsets))
+    ]
+    merge = dask.delayed(_merge_blocks)
+    depth = 0
+    while len(level) > 1:
+        level = [
+            merge(
+                *level[start : start + split_every],
+                dask_key_name=f"linattn-merge-{token}-{depth}-{start // split_every}",
+            )
+            for start in range(0, len(level), split_every)
+        ]
+        depth += 1
+    return level[0], n_tokens
+
+
+def dask_sufficient_statistics(
+    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
+    split_every=None,
+):
+    """Least-squares sufficient statistics of a dask array of sequences.
+
+    Each block of samples is validated and reduced to
+    :class:`~sklearn_linattn._solvers.SufficientStatistics` by a task of its
+    own, and the blocks' statistics are summed in a tree of merge tasks, on
+    the scheduler of the current dask context (a ``distributed.Client`` when
+    one is the default).  Only the statistics (a psi x psi Gram matrix, a
+    psi x d_out moment, a few sums) travel between workers and back.
+
+    Parameters
+    ----------
+    X : dask array of shape (n_samples, n_tokens, d) or (n_samples, n_columns)
+        Sequences, chunked along the samples; trailing all-NaN tokens are
+        padding.  Chunks along the other axes are merged (each block holds
+        whole sequences).  2-D X is read as in ``check_sequences``: univariate
+        sequences, or ``n_columns // token_dim`` tokens when ``token_dim`` is
+        given.  Chunk sizes along axis 0 must be known.
+    y : dask array, array-like or list of array-likes
+        Targets as for the in-memory fit (see ``check_targets``), one entry
+        per sequence.  A dask y may be chunked differently from X: it is
+        rechunked to X's sample chunks.  A list of per-sequence targets
+        (``readout="all"``) is split along with X's blocks.
+    readout : {"last", "all"}, default="last"
+        One feature row per sequence, or one per real token (causal prefixes).
+    token_dim : int or None, default=None
+        Token dimension for 2-D X.
+    sample_weight : dask array, array-like of shape (n_samples,), float or None, \
+default=None
+        Weight of each sequence, aligned with X's blocks like y.
+    n_features : int or None, default=None
+        Expected token dimension d (as seen by an earlier fit); None accepts
+        any.
+    split_every : int or None, default=None
+        Number of statistics merged by one task of the reduction tree (at
+        least 2); None means 8.
+
+    Returns
+    -------
+    stats : SufficientStatistics
+        Sums over every block; ``stats.dtype`` is the least precise input
+        dtype (float32 for float32 X), as for in-memory input.
+    n_tokens : int
+        Padded length of the sequences (after ``token_dim`` reshaping).
+    single_output : bool
+        True when y has no output axis.
+
+    Raises
+    ------
+    TypeError
+        If X is not a dask array, or an argument has a non-numeric dtype.
+    ValueError
+        With the in-memory fit's message for any invalid input.  Errors about
+        shapes and dtypes are raised before any block is computed; errors
+        about values (the padding rule, NaN targets) when the blocks are, with
+        sample indices counted over the whole array.
+
+    Notes
+    -----
+    The statistics equal those of the in-memory array to rounding: the
+    blocks' Gram matrices are summed in a different order.  Empty blocks are
+    skipped.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pytest
+    >>> da = pytest.importorskip("dask.array")  # skips this example without dask
+    >>> from sklearn_linattn._dask import dask_sufficient_statistics
+    >>> from sklearn_linattn._solvers import SufficientStatistics
+    >>> from sklearn_linattn._validation import check_sequences
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(100, 6, 2))
+    >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
+    >>> stats, n_tokens, single = dask_sufficient_statistics(
+    ...     da.from_array(X, chunks=30), da.from_array(y, chunks=45))
+    >>> stats.gram.shape, stats.n_samples, n_tokens, single
+    ((6, 6), 100, 6, True)
+    >>> Xv, lengths = check_sequences(X)
+    >>> in_memory = SufficientStatistics(2, 1).update(Xv, lengths, y[:, None])
+    >>> bool(np.allclose(stats.gram, in_memory.gram, rtol=1e-12))
+    True
+    """
+    result, n_tokens = _statistics_graph(
+        X, y, readout=readout, token_dim=token_dim, sample_weight=sample_weight,
+        n_features=n_features, split_every=split_every,
+    )
+    stats, single = result.compute()
+    return stats, n_tokens, single
