@@ -8,9 +8,11 @@ is trivial, i.e. when the second-moment matrix
 
     Lambda_D = (1/N) sum_i H(Z_i) H(Z_i)^T          (psi x psi)
 
-of the N training feature rows has a positive smallest eigenvalue.  This
-module turns the spectrum of ``Phi^T Phi`` that :func:`~._solvers.solve`
-already computes into:
+of the N training feature rows has a positive smallest eigenvalue (with
+sample weights, ``Lambda_D = sum_i w_i H_i H_i^T / sum_i w_i`` over the rows
+of positive weight: a weight of 2 counts a sequence twice, a weight of 0
+drops it).  This module turns what the fit's solver already computed about
+the spectrum of ``Phi^T W Phi`` (:class:`~._solvers.SpectralSolution`) into:
 
 - the verdict (``bool(certificate)``), using the one zero-eigenvalue rule
   :func:`~._solvers.eigenvalue_tolerance` that the fit's pseudo-inverse uses;
@@ -27,6 +29,7 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
 from sklearn.utils import check_random_state
 
 from ._features import (
@@ -36,8 +39,13 @@ from ._features import (
     prefix_features,
 )
 from ._mhla import heads_from_coefficients
-from ._solvers import solve
-from ._validation import check_readout, check_sequences, check_token_dim
+from ._solvers import SOLVERS, solve, solve_eigh
+from ._validation import (
+    check_readout,
+    check_sample_weight,
+    check_sequences,
+    check_token_dim,
+)
 
 __all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability"]
 
@@ -130,23 +138,42 @@ class IdentifiabilityCertificate:
     Attributes
     ----------
     identifiable : bool
-        ``min_eigenvalue > tol``: every empirical risk minimizer computes the
-        same function on every input of every length.
+        ``min_eigenvalue - min_eigenvalue_error > tol``: every empirical risk
+        minimizer computes the same function on every input of every length.
     min_eigenvalue : float
         Smallest eigenvalue of ``Lambda_D = (1/N) Phi^T Phi``, with ``Phi``
         the N feature rows (the paper's Algorithm 2 features, so the number
-        is comparable with the paper's).
+        is comparable with the paper's).  With sample weights,
+        ``Lambda_D = Phi^T W Phi / sum(w)``.
+    min_eigenvalue_error : float
+        Bound on the error of ``min_eigenvalue`` beyond rounding: 0 for the
+        direct solvers ("eigh", "svd", "dual"; their error is rounding, about
+        ``psi * eps * max_eigenvalue``); the relative Lanczos accuracy 1e-10
+        times the value for "cholesky"; for "cg", where ``min_eigenvalue`` is
+        a Rayleigh quotient from LOBPCG (never below the true lambda_min), the
+        residual ``r = ||Lambda_D v - min_eigenvalue v||`` of its Ritz vector,
+        or the Kato-Temple bound ``r**2 / (mu - min_eigenvalue)`` once the next
+        Ritz value minus its residual, mu, lies above it (valid when LOBPCG
+        has found the two smallest eigenvalues, as it does from a random
+        start).  LOBPCG stops when this error is below 1e-4 times the value or
+        after 300 iterations.
     max_eigenvalue : float
         Largest eigenvalue of ``Lambda_D``.
-    eigenvalues : ndarray of shape (psi,)
+    eigenvalues : ndarray of shape (psi,) or None
         All eigenvalues of ``Lambda_D``, in decreasing order (clipped at 0).
+        With solver "cholesky" they are computed on first access (a dense
+        eigenvalue decomposition, O(psi^3)); with "cg" they are never
+        computed (None).
     tol : float
         The threshold used: eigenvalues ``<= tol`` count as zero.  By default
         ``max_eigenvalue * psi * max(eps64, eps_in**2)``, see Notes of
         :func:`certify_identifiability`.
     rank : int
         Number of eigenvalues above ``tol``; ``rank == n_features`` iff
-        identifiable.
+        identifiable.  With solver "cg" on a design that is not identifiable
+        only an upper bound (``rank_is_bound``).
+    rank_is_bound : bool
+        Whether ``rank`` is an upper bound rather than the rank.
     n_features : int
         Number of cubic features psi = d**2 (d + 1) / 2.
     n_features_in : int
@@ -155,7 +182,16 @@ class IdentifiabilityCertificate:
         Number of training sequences.
     n_rows : int
         Number N of feature rows: ``n_samples`` for ``readout="last"``, the
-        number of real tokens (one row per prefix) for ``readout="all"``.
+        number of real tokens (one row per prefix) for ``readout="all"``;
+        rows of weight zero do not count.
+    weight_sum : float
+        Sum of the row weights (``n_rows`` without sample weights).
+    method : str
+        The solver whose spectrum the certificate reads: "eigh", "svd" and
+        "dual" keep eigenvectors (what ``covers``, ``error_bound`` and
+        ``witness`` use; psi x rank floats, 38 MB at d = 16 when
+        identifiable), "cholesky" keeps the Cholesky factor of the Gram matrix
+        instead (same size), "cg" keeps the eigenvector of lambda_min only.
     readout : {"last", "all"}
         Which feature rows the certificate is about.
     dtype : numpy dtype
@@ -190,41 +226,102 @@ class IdentifiabilityCertificate:
         token_dim=None,
         n_tokens=None,
         coef=None,
+        weight_sum=None,
+        min_weight=1.0,
+        min_eigenvalue=None,
+        max_eigenvalue=None,
+        min_eigenvalue_error=0.0,
+        factor=None,
+        null_vector=None,
+        rank=None,
+        trace=None,
+        method="eigh",
     ):
-        self.eigenvalues = np.asarray(eigenvalues, dtype=np.float64)
-        self._eigenvectors = np.asarray(eigenvectors, dtype=np.float64)
+        # Everything is in the units of Lambda_D except ``factor``, the
+        # Cholesky factor of the unnormalised Phi^T W Phi (= weight_sum * Lambda_D).
+        self.n_features_in = int(n_features_in)
+        self.n_features = n_attention_features(self.n_features_in)
+        self._eigenvalues = (
+            None if eigenvalues is None else np.asarray(eigenvalues, dtype=np.float64)
+        )
+        if self._eigenvalues is not None and self._eigenvalues.shape != (self.n_features,):
+            raise ValueError(
+                f"{self._eigenvalues.shape[0]} eigenvalues do not match token dimension "
+                f"d={self.n_features_in} (psi = {self.n_features})."
+            )
+        self._eigenvectors = (
+            None if eigenvectors is None else np.asarray(eigenvectors, dtype=np.float64)
+        )
+        if self._eigenvalues is None and self._eigenvectors is not None:
+            raise ValueError("eigenvectors need their eigenvalues.")
         self.n_rows = int(n_rows)
         self.n_samples = int(n_samples)
+        self.weight_sum = float(self.n_rows if weight_sum is None else weight_sum)
+        self._min_weight = float(min_weight)
         self.readout = readout
         self.dtype = np.dtype(dtype)
         self.tol = float(tol)
         self._tol_is_default = bool(tol_is_default)
         self._token_dim = token_dim
-        self.n_features = self.eigenvalues.shape[0]
-        self.n_features_in = int(n_features_in)
-        if n_attention_features(self.n_features_in) != self.n_features:
-            raise ValueError(
-                f"{self.n_features} eigenvalues do not match token dimension "
-                f"d={self.n_features_in} (psi = {n_attention_features(self.n_features_in)})."
-            )
         self._n_tokens = n_tokens
         self._coef = None if coef is None else np.array(coef, dtype=np.float64)
-        keep = self.eigenvalues > self.tol
-        self.rank = int(np.count_nonzero(keep))
-        self.max_eigenvalue = float(self.eigenvalues[0])
-        self.min_eigenvalue = float(self.eigenvalues[-1])
-        self.identifiable = bool(self.min_eigenvalue > self.tol)
-        self._row_basis = self._eigenvectors[:, keep]
-        self._row_eigenvalues = self.eigenvalues[keep]
-        self._null_basis = self._eigenvectors[:, ~keep]
+        self._factor = factor
+        self._null_vector = None if null_vector is None else np.asarray(null_vector, float)
+        self.method = method
+        ev = self._eigenvalues
+        self.max_eigenvalue = float(ev[0] if max_eigenvalue is None else max_eigenvalue)
+        self.min_eigenvalue = float(ev[-1] if min_eigenvalue is None else min_eigenvalue)
+        self.min_eigenvalue_error = float(min_eigenvalue_error)
+        self.identifiable = bool(self.min_eigenvalue - self.min_eigenvalue_error > self.tol)
+        self.rank_is_bound = False
+        if ev is not None:
+            self.rank = int(np.count_nonzero(ev > self.tol))
+        elif self.identifiable:
+            self.rank = self.n_features
+        else:
+            bound = self.n_features - 1
+            self.rank = bound if rank is None else min(int(rank), bound)
+            self.rank_is_bound = True
+        if self._eigenvectors is not None:
+            # Eigenvalues decrease, so those above tol come first.
+            n_vec = self._eigenvectors.shape[1]
+            if n_vec < self.rank:
+                raise ValueError(
+                    f"{n_vec} eigenvectors cannot span the rank-{self.rank} row space."
+                )
+        if trace is None:
+            trace = float(ev.sum()) if ev is not None else self.max_eigenvalue
+        self._trace = float(trace)
         # Coverage rule (see ``covers``): null-space energy allowed at an input
-        # with features h is  max(tol, r) * n_rows + (r / lambda_max) * ||h||^2,
+        # with features h is  max(tol, r) * W / w_min + (r / lambda_max) * ||h||^2,
         # with r the rounding level of the package's rule (so that a user's
         # tol=0 still covers the training inputs, whose computed null
-        # components are rounding, not zero).
+        # components are rounding, not zero), W the total weight and w_min the
+        # smallest positive weight (W / w_min = N without weights).
         rounding = self.tol if rounding_tol is None else float(rounding_tol)
-        self._null_abs = max(self.tol, rounding) * self.n_rows
+        ratio = self.weight_sum / self._min_weight if self._min_weight > 0 else self.n_rows
+        self._null_abs = max(self.tol, rounding) * ratio
         self._null_rel = rounding / self.max_eigenvalue if self.max_eigenvalue > 0 else 0.0
+
+    @property
+    def eigenvalues(self):
+        """All eigenvalues of Lambda_D, decreasing (None when not computed)."""
+        if self._eigenvalues is None and self._factor is not None:
+            L = self._factor
+            w = scipy.linalg.eigvalsh(L @ L.T, check_finite=False)
+            self._eigenvalues = np.clip(w[::-1], 0.0, None) / self.weight_sum
+        return self._eigenvalues
+
+    def _has_spectrum(self):
+        return self._eigenvectors is not None
+
+    def _unavailable(self, what):
+        return ValueError(
+            f"{what} needs the null space of Lambda_D, which solver={self.method!r} does "
+            "not compute (it never forms the psi x psi matrix and finds only the "
+            "eigenvector of lambda_min). Certify with a dense solver ('eigh', 'cholesky', "
+            "'svd' or 'dual') when psi**2 floats fit in memory."
+        )
 
     @classmethod
     def _from_solution(
@@ -235,10 +332,12 @@ class IdentifiabilityCertificate:
         Parameters
         ----------
         solution : SpectralSolution
-            From :func:`sklearn_linattn._solvers.solve`: eigenvalues (decreasing)
-            and eigenvectors of ``Phi^T Phi`` and the tolerance on them.
+            From :func:`sklearn_linattn._solvers.solve` or
+            :func:`~sklearn_linattn._solvers.solve_statistics`: what its solver
+            computed of the spectrum of ``Phi^T W Phi`` and the tolerance on it.
         stats : SufficientStatistics
-            The statistics the solution came from (row and sample counts, dtype).
+            The statistics the solution came from (row and sample counts,
+            weights, dtype).
         readout : {"last", "all"}
             Readout the feature rows were built for.
         tol : float or None
@@ -252,26 +351,41 @@ class IdentifiabilityCertificate:
             Fitted coefficients; when given, the witness's ``model_a`` is this
             fitted model.
         """
-        n_rows = stats.n_rows
-        eigenvalues = np.asarray(solution.eigenvalues, dtype=np.float64) / n_rows
+        # Statistics summed field by field by an older caller may lack the
+        # weight totals; without weights they equal the row count.
+        W = stats.weight_sum if stats.weight_sum > 0 else float(stats.n_rows)
+        min_weight = stats.min_weight if np.isfinite(stats.min_weight) else 1.0
+        eigenvalues = None
+        if solution.eigenvalues is not None:
+            eigenvalues = np.asarray(solution.eigenvalues, dtype=np.float64) / W
         if tol is None:
-            tol_used, is_default = solution.tol / n_rows, True
+            tol_used, is_default = solution.tol / W, True
         else:
             tol_used, is_default = tol, False
         return cls(
             eigenvalues,
             solution.eigenvectors,
-            n_rows=n_rows,
+            n_rows=stats.n_rows,
             n_samples=stats.n_samples,
             n_features_in=stats.d,
             readout=readout,
             dtype=stats.dtype,
             tol=tol_used,
             tol_is_default=is_default,
-            rounding_tol=solution.tol / n_rows,
+            rounding_tol=solution.tol / W,
             token_dim=token_dim,
             n_tokens=n_tokens,
             coef=coef,
+            weight_sum=W,
+            min_weight=min_weight,
+            min_eigenvalue=solution.lambda_min / W,
+            max_eigenvalue=solution.lambda_max / W,
+            min_eigenvalue_error=solution.lambda_min_error / W,
+            factor=solution.factor,
+            null_vector=solution.min_eigenvector,
+            rank=solution.rank,
+            trace=solution.trace / W,
+            method=solution.method,
         )
 
     # ------------------------------------------------------------------ display
@@ -334,18 +448,25 @@ class IdentifiabilityCertificate:
                 f"  {k} of the {psi} coefficient directions {are} not determined by these inputs:",
                 "  models that fit the training data equally well can disagree on new inputs.",
             ]
+        lam_note = "smallest eigenvalue of Lambda_D = Phi^T Phi / N"
+        if self.min_eigenvalue_error > 0:
+            lam_note += f" (+/- {self.min_eigenvalue_error:.2g}, solver={self.method!r})"
         lines += [
-            f"  lambda_min   {self.min_eigenvalue:<10.4g}  smallest eigenvalue of Lambda_D = "
-            "Phi^T Phi / N",
+            f"  lambda_min   {self.min_eigenvalue:<10.4g}  {lam_note}",
             f"  lambda_max   {self.max_eigenvalue:<10.4g}",
             f"  tol          {self.tol:<10.4g}  {self._tol_rule()}",
-            f"  rank         {self.rank} of psi = {psi}",
+            f"  rank         {'at most ' if self.rank_is_bound else ''}{self.rank} of "
+            f"psi = {psi}",
             f"  data         {self.n_samples} sequences of d = {self.n_features_in}, "
             f"N = {self.n_rows} feature rows (readout={self.readout!r})",
         ]
         if not self.identifiable:
+            covers = (
+                "covers(X) tells which" if self._has_spectrum()
+                else "covers(X) needs a dense solver;"
+            )
             lines += [
-                "  next steps   witness() builds two such models; covers(X) tells which",
+                f"  next steps   witness() builds two such models; {covers}",
                 "               inputs are still certified; more varied inputs may help",
             ]
             if self.n_rows < psi:
@@ -361,6 +482,8 @@ class IdentifiabilityCertificate:
         X, lengths = check_sequences(
             X_new, token_dim=self._token_dim, n_features=self.n_features_in, name="X_new"
         )
+        if not self.identifiable and not self._has_spectrum():
+            raise self._unavailable("covers() and error_bound() on a failed certificate")
         n_samples = X.shape[0]
         rows_per_sample = 1 if self.readout == "last" else X.shape[1]
         covered = np.empty(n_samples, dtype=bool)
@@ -371,15 +494,36 @@ class IdentifiabilityCertificate:
                 H = attention_features(Xc, lengths[sl])[:, None, :]
             else:
                 H = prefix_features(Xc, lengths[sl])  # padded rows are zero
-            null = H @ self._null_basis
-            row_cov = np.einsum("ntk,ntk->nt", null, null) <= (
-                self._null_abs + self._null_rel * np.einsum("ntp,ntp->nt", H, H)
-            )
-            proj = H @ self._row_basis
-            lev = np.einsum("ntr,ntr->nt", proj, proj / self._row_eigenvalues)
+            row_cov, lev = self._row_coverage(H)
             covered[sl] = row_cov.all(axis=1)
             leverage[sl] = np.where(row_cov, lev, np.inf).max(axis=1)
         return covered, leverage
+
+    def _row_coverage(self, H):
+        """Per feature row h (array (n, t, psi)): in the span? and ``h^T Lambda_D^+ h``."""
+        hh = np.einsum("ntp,ntp->nt", H, H)
+        if self._has_spectrum():
+            U, rank = self._eigenvectors, self.rank
+            proj = H @ U[:, :rank]
+            lev = np.einsum("ntr,ntr->nt", proj, proj / self.eigenvalues[:rank])
+            if self.identifiable:
+                return np.ones(hh.shape, dtype=bool), lev
+            if U.shape[1] == self.n_features:  # complete basis: null coordinates
+                null = H @ U[:, rank:]
+                null_energy = np.einsum("ntk,ntk->nt", null, null)
+            else:  # row basis only: what the projection leaves
+                rest = H - proj @ U[:, :rank].T
+                null_energy = np.einsum("ntp,ntp->nt", rest, rest)
+            return null_energy <= self._null_abs + self._null_rel * hh, lev
+        covered = np.ones(hh.shape, dtype=bool)
+        if self._factor is not None:
+            # h^T Lambda_D^{-1} h = W ||L^{-1} h||^2 with G = L L^T.
+            flat = H.reshape(-1, H.shape[-1]).T
+            z = scipy.linalg.solve_triangular(self._factor, flat, lower=True,
+                                              check_finite=False)
+            return covered, self.weight_sum * np.einsum("pk,pk->k", z, z).reshape(hh.shape)
+        # Matrix-free certificate: the coarse bound ||h||^2 / lambda_min.
+        return covered, hh / (self.min_eigenvalue - self.min_eigenvalue_error)
 
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
@@ -418,7 +562,10 @@ class IdentifiabilityCertificate:
         on units.  A ``tol`` below ``r`` (e.g. ``tol=0``) is raised to ``r`` in
         the first term, since computed null components are never exactly zero.
         When the certificate holds there are no such directions and every input
-        is covered.
+        is covered.  With sample weights the first term is ``tol * W / w_min``
+        (W the total weight, w_min the smallest positive one).  A failed
+        certificate from ``solver="cg"`` cannot answer (it has one null
+        direction, not the null space) and raises a ValueError.
 
         Examples
         --------
@@ -480,6 +627,12 @@ class IdentifiabilityCertificate:
         paper's Lemma A.7, ``(epsilon / lambda_min) ||Z||_F**6``, with a
         factor 4 for two models each within epsilon of the minimum.
 
+        With sample weights R is the weighted mean ``(1/W) sum_rows w_row
+        ||...||**2``.  A certificate from ``solver="cg"`` has no inverse of
+        Lambda_D and returns the coarser ``2 sqrt(epsilon / lambda_min)
+        ||H(Z)||`` (still a bound, not attained; lambda_min is lowered by its
+        error bound); on a failed one it raises a ValueError.
+
         Examples
         --------
         >>> import numpy as np
@@ -519,7 +672,11 @@ class IdentifiabilityCertificate:
             norm of model_a's coefficients, as large as model_a's own output
             there can be.  ``model_a`` is the fitted model when the
             certificate is a regressor's ``certificate_``, otherwise a random
-            one.  The input is never covered (:meth:`covers`).
+            one.  The input is never covered (:meth:`covers`).  With
+            ``solver="cg"`` the null vector is the computed eigenvector of
+            lambda_min (the training outputs then differ by at most
+            ``sqrt(W * (min_eigenvalue + min_eigenvalue_error))`` times the
+            shift's size).
 
         Raises
         ------
@@ -552,17 +709,31 @@ class IdentifiabilityCertificate:
         lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
         h = attention_features(Z, lengths)
         # Bring the candidates to the training scale: ||H|| ~ RMS training row.
-        rms_row = np.sqrt(self.eigenvalues.sum())
+        rms_row = np.sqrt(self._trace)
         h_norm = np.linalg.norm(h, axis=1)
         if rms_row > 0:
             factor = (rms_row / h_norm) ** (1.0 / 3.0)
             Z *= factor[:, None, None]
             h *= (factor**3)[:, None]
             h_norm = np.linalg.norm(h, axis=1)
-        null = h @ self._null_basis
-        null_norm = np.linalg.norm(null, axis=1)
-        best = int(np.argmax(null_norm / h_norm))
-        w = self._null_basis @ (null[best] / null_norm[best])
+        if self._has_spectrum():
+            U, rank = self._eigenvectors, self.rank
+            if U.shape[1] == psi:
+                null = h @ U[:, rank:]
+                null_norm = np.linalg.norm(null, axis=1)
+                best = int(np.argmax(null_norm / h_norm))
+                w = U[:, rank:] @ (null[best] / null_norm[best])
+            else:
+                rest = h - (h @ U[:, :rank]) @ U[:, :rank].T
+                null_norm = np.linalg.norm(rest, axis=1)
+                best = int(np.argmax(null_norm / h_norm))
+                w = rest[best] / null_norm[best]
+        else:  # "cg": the eigenvector of lambda_min is the null direction
+            v = self._null_vector
+            along = h @ v
+            null_norm = np.abs(along)
+            best = int(np.argmax(null_norm / h_norm))
+            w = v * np.sign(along[best]) / np.linalg.norm(v)
         Z, h_best, n_best = Z[best], h_norm[best], null_norm[best]
         # A large user ``tol`` lets inputs at the training scale count as
         # covered; scaling the input by c scales both norms by c**3, which
@@ -591,7 +762,9 @@ class IdentifiabilityCertificate:
         )
 
 
-def certify_identifiability(X, *, readout="last", token_dim=None, tol=None):
+def certify_identifiability(
+    X, *, readout="last", token_dim=None, tol=None, sample_weight=None, solver="auto"
+):
     """Certify whether the inputs X identify every linear-attention model that fits them.
 
     Parameters
@@ -610,6 +783,15 @@ def certify_identifiability(X, *, readout="last", token_dim=None, tol=None):
         Threshold on the eigenvalues of ``Lambda_D`` (same units as
         ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.  None uses
         the package's rule (Notes), which is free of units.
+    sample_weight : array-like of shape (n_samples,) or None, default=None
+        Non-negative weight of each sequence, as in
+        ``LinearAttentionRegressor.fit``: ``Lambda_D = Phi^T W Phi / sum(w)``
+        over the rows of positive weight (a weight of zero drops a sequence).
+    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg"}, default="auto"
+        How the spectrum is computed, as in ``LinearAttentionRegressor``.
+        ``"cg"`` never forms the psi x psi matrix: lambda_min and lambda_max
+        come from LOBPCG and Lanczos (see ``min_eigenvalue_error``), and a
+        failed certificate then offers ``witness()`` but not ``covers()``.
 
     Returns
     -------
@@ -662,8 +844,22 @@ def certify_identifiability(X, *, readout="last", token_dim=None, tol=None):
     check_readout(readout)
     token_dim = check_token_dim(token_dim)
     tol = _check_tol(tol)
+    if not isinstance(solver, str) or solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
     X, lengths = check_sequences(X, token_dim=token_dim)
-    solution, stats = solve(X, lengths, None, readout=readout)
+    sample_weight = check_sample_weight(sample_weight, X.shape[0])
+    solution, stats = solve(
+        X, lengths, None, readout=readout, solver=solver, sample_weight=sample_weight
+    )
+    if (
+        tol is not None
+        and solution.eigenvectors is None
+        and stats.has_gram
+        and not solution.lambda_min / stats.weight_sum > tol
+    ):
+        # A user threshold above lambda_min of a Cholesky solution: the null
+        # space is then needed, which eigh provides.
+        solution = solve_eigh(stats)
     return IdentifiabilityCertificate._from_solution(
         solution, stats, readout=readout, tol=tol, token_dim=token_dim, n_tokens=X.shape[1]
     )

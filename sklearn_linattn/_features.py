@@ -17,10 +17,14 @@ __all__ = [
     "attention_features",
     "attention_kernel",
     "feature_names",
+    "features_matvec",
+    "features_rmatvec",
     "padded_kernel",
     "n_attention_features",
+    "pair_index_matrix",
     "pair_indices",
     "prefix_features",
+    "row_factors",
 ]
 
 
@@ -29,21 +33,29 @@ __all__ = [
 _CHUNK_VALUES = 2**22
 
 
-def iter_sample_chunks(n_samples, values_per_sample, budget=_CHUNK_VALUES):
+def iter_sample_chunks(n_samples, values_per_sample, budget=None):
     """Slices of consecutive samples whose work arrays fit the memory budget.
 
     Parameters
     ----------
     n_samples : int
     values_per_sample : int
-        Number of float64 values one sample needs in the largest work array.
-    budget : int
-        Number of values a chunk may use.
+        Number of float64 values one sample needs in its work arrays.
+    budget : int or None
+        Number of values a chunk may use; None means the module's
+        ``_CHUNK_VALUES`` (2**22, 32 MiB), read at each call.
 
     Yields
     ------
     slice
+
+    Examples
+    --------
+    >>> from sklearn_linattn._features import iter_sample_chunks
+    >>> list(iter_sample_chunks(5, 10, budget=20))
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
     """
+    budget = _CHUNK_VALUES if budget is None else budget
     step = max(1, budget // max(1, int(values_per_sample)))
     for start in range(0, n_samples, step):
         yield slice(start, min(start + step, n_samples))
@@ -71,6 +83,33 @@ def pair_indices(d):
     return np.triu_indices(d)
 
 
+def pair_index_matrix(d):
+    """Position of each pair in the folding order, as a symmetric matrix.
+
+    Parameters
+    ----------
+    d : int
+
+    Returns
+    -------
+    index : ndarray of int, shape (d, d)
+        ``index[j, k] == index[k, j]`` is the position of the pair
+        ``(min(j, k), max(j, k))`` in :func:`pair_indices`.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._features import pair_index_matrix
+    >>> pair_index_matrix(2)
+    array([[0, 1],
+           [1, 2]])
+    """
+    j, k = pair_indices(d)
+    index = np.empty((d, d), dtype=np.intp)
+    index[j, k] = np.arange(j.size)
+    index[k, j] = np.arange(j.size)
+    return index
+
+
 def n_attention_features(d):
     """Number of folded cubic features, psi = d**2 * (d + 1) / 2."""
     return d * d * (d + 1) // 2
@@ -78,10 +117,12 @@ def n_attention_features(d):
 
 def folded_second_moments(X):
     """Folded S = sum_t x_t x_t^T per sequence, shape (n_samples, d(d+1)/2)."""
-    j, k = pair_indices(X.shape[2])
-    # One batched GEMM for the d x d moments, then a gather of the triangle.
-    S = np.matmul(X.transpose(0, 2, 1), X)
-    return S[:, j, k]
+    n_samples, _, d = X.shape
+    j, k = pair_indices(d)
+    # Batched GEMMs for the d x d moments (einsum hands them to BLAS), then a
+    # flat gather of the triangle.
+    S = np.einsum("ntj,ntk->njk", X, X, optimize=True)
+    return np.take(S.reshape(n_samples, d * d), j * d + k, axis=1)
 
 
 def last_tokens(X, lengths):
@@ -91,8 +132,140 @@ def last_tokens(X, lengths):
 
 def _outer_features(S_folded, x):
     """Row-wise Kronecker product (..., P) x (..., d) -> (..., P * d)."""
-    out = S_folded[..., :, None] * x[..., None, :]
-    return out.reshape(*out.shape[:-2], -1)
+    lead = np.broadcast_shapes(S_folded.shape[:-1], x.shape[:-1])
+    dtype = np.result_type(S_folded, x)
+    out = np.empty(lead + (S_folded.shape[-1], x.shape[-1]), dtype=dtype)
+    np.multiply(S_folded[..., :, None], x[..., None, :], out=out)
+    return out.reshape(*lead, -1)
+
+
+def _prefix_moments(X):
+    """Folded running moments S_t = sum_{s <= t} x_s x_s^T, shape (n, n_tokens, P)."""
+    j, k = pair_indices(X.shape[2])
+    S = X[:, :, j] * X[:, :, k]
+    np.cumsum(S, axis=1, out=S)
+    return S
+
+
+def row_factors(X, lengths, readout="last"):
+    """The two factors of each feature row: ``H_row = kron(S_row, x_row)``.
+
+    Every feature row is the row-wise Kronecker product of a folded second
+    moment and a token (see :func:`attention_features`).  Solvers work on
+    these factors instead of the rows, which are ``d`` times longer.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Zero-padded sequences.
+    lengths : ndarray of shape (n_samples,)
+    readout : {"last", "all"}, default="last"
+        ``"last"``: one row per sequence.  ``"all"``: one row per real token,
+        the features of the prefix ending there (padded positions dropped),
+        in sample-major order.
+
+    Returns
+    -------
+    S : ndarray of shape (n_rows, d * (d + 1) // 2)
+        Folded second moments of the rows (of the prefixes for ``"all"``).
+    x : ndarray of shape (n_rows, d)
+        Last token of each row.
+    sample : ndarray of int, shape (n_rows,)
+        Index of the sequence each row comes from.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features, row_factors
+    >>> X = np.array([[[1.0, 2.0], [3.0, 0.5]]])
+    >>> S, x, sample = row_factors(X, np.array([2]), readout="all")
+    >>> S.shape, x.shape, sample
+    ((2, 3), (2, 2), array([0, 0]))
+    >>> bool(np.allclose(np.einsum("rp,rl->rpl", S, x)[-1].ravel(),
+    ...                  attention_features(X, np.array([2]))[0]))
+    True
+    """
+    if readout == "last":
+        return folded_second_moments(X), last_tokens(X, lengths), np.arange(X.shape[0])
+    real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+    sample = np.nonzero(real)[0]
+    return _prefix_moments(X)[real], X[real], sample
+
+
+def features_matvec(S, x, coef):
+    """Products ``Phi @ coef.T`` of the feature rows with coefficient vectors.
+
+    ``(Phi c)_r = S_r^T C x_r`` with ``C`` the (P, d) reshape of ``c``: one
+    GEMM of the tokens with the coefficients, then a row-wise dot product;
+    the rows ``Phi`` themselves are never formed.
+
+    Parameters
+    ----------
+    S, x : ndarray of shape (n_rows, P) and (n_rows, d)
+        Row factors from :func:`row_factors`.
+    coef : ndarray of shape (k, psi)
+        Coefficient vectors in feature order.
+
+    Returns
+    -------
+    out : ndarray of shape (n_rows, k)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features, features_matvec, row_factors
+    >>> X = np.random.default_rng(0).normal(size=(4, 3, 2))
+    >>> lengths = np.full(4, 3)
+    >>> c = np.arange(12.0).reshape(2, 6)
+    >>> S, x, _ = row_factors(X, lengths)
+    >>> bool(np.allclose(features_matvec(S, x, c), attention_features(X, lengths) @ c.T))
+    True
+    """
+    n_rows, P = S.shape
+    d = x.shape[1]
+    k = coef.shape[0]
+    # U[r, l, c] = sum_p S[r, p] coef[c, p, l]: one GEMM with the moments,
+    # then a row-wise dot product with the last tokens.
+    C = np.ascontiguousarray(coef.reshape(k, P, d).transpose(1, 2, 0)).reshape(P, d * k)
+    U = (S @ C).reshape(n_rows, d, k)
+    return np.einsum("rlc,rl->rc", U, x)
+
+
+def features_rmatvec(S, x, R):
+    """Products ``Phi.T @ R`` of the transposed feature rows, without the rows.
+
+    ``sum_r R_r kron(S_r, x_r)`` is the (P, d) matrix ``S^T diag(R) x``: one
+    GEMM per column of R.
+
+    Parameters
+    ----------
+    S, x : ndarray of shape (n_rows, P) and (n_rows, d)
+        Row factors from :func:`row_factors`.
+    R : ndarray of shape (n_rows, k)
+
+    Returns
+    -------
+    out : ndarray of shape (k, psi)
+        ``out[c] = Phi.T @ R[:, c]`` in feature order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features, features_rmatvec, row_factors
+    >>> X = np.random.default_rng(0).normal(size=(4, 3, 2))
+    >>> lengths = np.full(4, 3)
+    >>> R = np.arange(8.0).reshape(4, 2)
+    >>> S, x, _ = row_factors(X, lengths)
+    >>> bool(np.allclose(features_rmatvec(S, x, R), (attention_features(X, lengths).T @ R).T))
+    True
+    """
+    n_rows, P = S.shape
+    d = x.shape[1]
+    k = R.shape[1]
+    if k == 1:
+        return (S.T @ (x * R)).reshape(1, P * d)
+    Z = (x[:, :, None] * R[:, None, :]).reshape(n_rows, d * k)
+    return (S.T @ Z).reshape(P, d, k).transpose(2, 0, 1).reshape(k, P * d)
 
 
 def attention_features(X, lengths):
@@ -139,9 +312,7 @@ def prefix_features(X, lengths):
         ``H[i, t]`` is the feature vector of the prefix ``X[i, :t + 1]``; rows at
         padded positions are zero.
     """
-    j, k = pair_indices(X.shape[2])
-    S = np.cumsum(X[:, :, j] * X[:, :, k], axis=1)
-    H = _outer_features(S, X)
+    H = _outer_features(_prefix_moments(X), X)
     H[np.arange(X.shape[1])[None, :] >= lengths[:, None]] = 0.0
     return H
 

@@ -1,37 +1,120 @@
 """Least squares in feature space: sufficient statistics and solvers.
 
-The fit never needs more than the Gram matrix ``G = Phi^T Phi`` and the
-moment ``B = Phi^T Y`` of the feature rows ``Phi``, accumulated over chunks of
-sequences so that memory stays O(chunk + psi^2).  The same eigen-decomposition
-of G gives the coefficients and the identifiability certificate, and one rule,
-:func:`eigenvalue_tolerance`, decides which eigenvalues count as zero.
+Every solver minimises ``sum_rows w_row ||y_row - c H_row||^2 + alpha ||c||^2``
+over the folded coefficients c, where the feature rows ``H_row`` are the
+row-wise Kronecker products ``kron(S_row, x_row)`` of a folded second moment
+and a token (:func:`~._features.row_factors`).  The rows are never needed as
+a matrix except by ``"svd"``:
+
+- ``"eigh"`` and ``"cholesky"`` work from :class:`SufficientStatistics`, the
+  Gram matrix ``G = Phi^T W Phi`` and the moment ``Phi^T W Y`` accumulated
+  over chunks of sequences (memory O(chunk + psi^2); ``merge`` adds
+  statistics of disjoint data, which is how streaming and distributed fits
+  work).  :func:`solve_statistics` finishes a fit from statistics.
+- ``"svd"`` factorises the (weighted) design matrix itself.
+- ``"dual"`` works with the kernel matrix ``Phi W Phi^T`` (N x N), for
+  designs with fewer rows than features.
+- ``"cg"`` is matrix-free: preconditioned conjugate gradients on the normal
+  equations with products ``G V`` computed from the sequences chunk by chunk;
+  memory O(N n d + psi + P^2) with P = d (d + 1) / 2.
+
+Each solver returns a :class:`SpectralSolution`: the coefficients together
+with what the identifiability certificate needs about the spectrum of G.
+One rule, :func:`eigenvalue_tolerance`, decides which eigenvalues count as
+zero, for the pseudo-inverse and for the certificate alike.
 """
 
-from dataclasses import dataclass, field
+import os
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg.blas import get_blas_funcs
+from scipy.linalg.lapack import get_lapack_funcs
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh, lobpcg
+from sklearn.exceptions import ConvergenceWarning
 
 from ._features import (
+    _outer_features,
     attention_features,
+    features_matvec,
+    features_rmatvec,
     iter_sample_chunks,
     n_attention_features,
+    pair_index_matrix,
+    pair_indices,
     prefix_features,
+    row_factors,
 )
+from ._validation import check_readout
 
 __all__ = [
     "SOLVERS",
+    "STATISTICS_SOLVERS",
     "SpectralSolution",
     "SufficientStatistics",
+    "choose_solver",
+    "default_memory_budget",
     "eigenvalue_tolerance",
     "feature_rows",
     "solve",
+    "solve_statistics",
 ]
 
-SOLVERS = ("auto", "eigh", "svd")
+SOLVERS = ("auto", "eigh", "cholesky", "svd", "dual", "cg")
+# Solvers that only need the psi x psi statistics (streaming, partial_fit, merge).
+STATISTICS_SOLVERS = ("eigh", "cholesky")
 
-# "auto" keeps the design matrix for the SVD solver up to this many floats.
-_SVD_MAX_VALUES = 2**24
+# Up to this many features, a dense eigen-decomposition costs less than a
+# millisecond: "auto" uses "eigh" and "cholesky" takes the whole spectrum.
+_SMALL_PSI = 64
+# "cholesky" hands over to "eigh" when lambda_min is within this factor of the
+# zero-eigenvalue tolerance (then rank and null space must be resolved).
+_CHOLESKY_MARGIN = 100.0
+# Relative accuracy asked of Lanczos (ARPACK) for the extreme eigenvalues of
+# the dense Gram matrix ("cholesky") and for lambda_max of the implicit one.
+_LANCZOS_RTOL = 1e-10
+_IMPLICIT_LMAX_RTOL = 1e-8
+# "cg" certificate: LOBPCG block size and the relative residual it stops at.
+_LOBPCG_BLOCK = 4
+_LOBPCG_RTOL = 1e-4
+_LOBPCG_FIRST_ROUND = 40
+_LOBPCG_ROUND = 100
+_LOBPCG_MAX_ITER = 300
+# Default iteration cap of "cg".
+_CG_MAX_ITER = 1000
+# Pair products of the moments formed at a time while accumulating the Gram
+# matrix (2**20 float64 values, 8 MiB: they stay in cache for the GEMM).
+_GRAM_BLOCK_VALUES = 2**20
+# Bytes of dense psi x psi work arrays the normal-equation solvers hold at once
+# (the accumulated statistics, the Gram matrix, its factor or eigenvectors).
+_DENSE_ARRAYS = 3.25
+
+
+def default_memory_budget():
+    """Bytes that ``solver="auto"`` lets dense arrays use: half the physical memory.
+
+    Read with ``os.sysconf``; 8 GiB where the platform does not report it.
+
+    Returns
+    -------
+    budget : int
+
+    Examples
+    --------
+    >>> from sklearn_linattn._solvers import default_memory_budget
+    >>> default_memory_budget() > 0
+    True
+    """
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return 2**33
+    if pages <= 0 or page_size <= 0:
+        return 2**33
+    return int(pages) * int(page_size) // 2
 
 
 def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
@@ -63,6 +146,13 @@ def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
     Returns
     -------
     tol : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._solvers import eigenvalue_tolerance
+    >>> eigenvalue_tolerance(1.0, 10) == 10 * float(np.finfo(np.float64).eps)
+    True
     """
     # Python floats throughout: a float32 epsilon would make the product
     # float32, which rounds the threshold and overflows for lambda_max > 3e38.
@@ -89,177 +179,1206 @@ def feature_rows(X, lengths, Y=None, *, readout="last"):
     return H[real], None if Y is None else Y[real]
 
 
-@dataclass
+# --------------------------------------------------------------------------
+# Chunks of sequences
+# --------------------------------------------------------------------------
+
+
+def _load_chunk(X, lengths, sl):
+    """Float64 chunk ``X[sl]`` with zeros at positions ``>= lengths`` (NaN allowed there)."""
+    Xc = np.asarray(X[sl], dtype=np.float64)
+    lc = lengths[sl]
+    if lc.size and lc.min() < Xc.shape[1]:
+        pad = np.arange(Xc.shape[1])[None, :] >= lc[:, None]
+        Xc = np.where(pad[:, :, None], 0.0, Xc)
+    return Xc, lc
+
+
+def _row_values(d, n_tokens, readout, per_row):
+    """Float64 values one sequence occupies in a chunk's work arrays."""
+    P = d * (d + 1) // 2
+    rows = 1 if readout == "last" else n_tokens
+    moments = d * d if readout == "last" else n_tokens * P
+    return n_tokens * d + moments + rows * per_row
+
+
+def _chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None):
+    """Row factors of one chunk with their targets and weights; zero-weight rows dropped."""
+    Xc, lc = _load_chunk(X, lengths, sl)
+    S, x, sample = row_factors(Xc, lc, readout)
+    Yr = None
+    if Y is not None:
+        Yc = np.asarray(Y[sl], dtype=np.float64)
+        if readout == "last":
+            Yr = Yc
+        else:
+            Yr = Yc[np.arange(Xc.shape[1])[None, :] < lc[:, None]]
+    w = None
+    if sample_weight is not None:
+        w = sample_weight[sl][sample]
+        keep = w > 0
+        if not keep.all():
+            S, x, w = S[keep], x[keep], w[keep]
+            Yr = None if Yr is None else Yr[keep]
+    return S, x, w, Yr
+
+
+def _check_batch(X, lengths, Y, sample_weight, d, d_out, readout):
+    """Shapes of an internal batch (zero-padded arrays, as the package's validation returns)."""
+    X = np.asarray(X)
+    if X.ndim != 3 or X.shape[2] != d:
+        raise ValueError(
+            f"X must be a zero-padded array of shape (n_samples, n_tokens, {d}); got shape "
+            f"{X.shape}."
+        )
+    lengths = np.asarray(lengths)
+    if lengths.shape != (X.shape[0],) or lengths.dtype.kind not in "iu":
+        raise ValueError(
+            f"lengths must be an integer array of shape ({X.shape[0]},); got shape "
+            f"{lengths.shape} and dtype {lengths.dtype}."
+        )
+    if X.shape[0] and (lengths.min() < 1 or lengths.max() > X.shape[1]):
+        raise ValueError(
+            f"lengths must lie between 1 and n_tokens={X.shape[1]}; got values from "
+            f"{lengths.min()} to {lengths.max()}."
+        )
+    if (Y is None) != (d_out is None):
+        raise ValueError(
+            "Y must be given exactly when the statistics have targets: these statistics "
+            f"have d_out={d_out}, got Y={'None' if Y is None else 'an array'}."
+        )
+    if Y is not None:
+        Y = np.asarray(Y)
+        expected = (X.shape[0], d_out) if readout == "last" else (*X.shape[:2], d_out)
+        if Y.shape != expected:
+            raise ValueError(
+                f"Y must have shape {expected} for readout={readout!r}; got shape {Y.shape}."
+            )
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+        if sample_weight.shape != (X.shape[0],):
+            raise ValueError(
+                f"sample_weight must have shape ({X.shape[0]},); got shape "
+                f"{sample_weight.shape}."
+            )
+        if not np.all(np.isfinite(sample_weight)) or np.any(sample_weight < 0):
+            raise ValueError("sample_weight must hold finite non-negative numbers.")
+    return X, lengths.astype(np.int64, copy=False), Y, sample_weight
+
+
+# --------------------------------------------------------------------------
+# Sufficient statistics
+# --------------------------------------------------------------------------
+
+
+def _pair_offsets(P):
+    """Start of each row block p (pairs (p, q), q >= p) in triu order."""
+    return np.concatenate([[0], np.cumsum(P - np.arange(P))])
+
+
 class SufficientStatistics:
-    """Running ``Phi^T Phi``, ``Phi^T Y`` and target moments over feature rows.
+    """Running ``Phi^T W Phi``, ``Phi^T W Y`` and target moments over feature rows.
+
+    The Gram matrix ``G[(p, l), (q, m)] = sum_r w_r S_rp S_rq x_rl x_rm`` is
+    symmetric in ``(p, q)`` and in ``(l, m)`` separately, so only about a
+    quarter of its psi**2 entries differ.  They are stored compactly and
+    accumulated by one GEMM per chunk of rows (pair products of the folded
+    moments times pair products of the tokens), which takes about half the
+    arithmetic of ``Phi.T @ Phi``; :attr:`gram` expands them.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    d_out : int or None, default=None
+        Number of outputs; None accumulates the Gram matrix only (for the
+        certificate).
+    gram : bool, default=True
+        False keeps only counts and target moments (solvers that work on the
+        data directly).
 
     Attributes
     ----------
-    gram : ndarray of shape (psi, psi)
+    readout : {"last", "all"} or None
+        Readout of the accumulated rows; fixed by the first :meth:`update`.
     moment : ndarray of shape (psi, d_out) or None
+        ``Phi^T W Y``.
     y_sum, y_sq : ndarray of shape (d_out,) or None
-        Sum and sum of squares of the targets (for residuals and R^2).
+        Weighted sum and sum of squares of the targets.
     n_rows : int
-        Number of feature rows accumulated.
+        Number of feature rows with positive weight.
     n_samples : int
-        Number of sequences accumulated.
+        Number of sequences with positive weight.
+    weight_sum : float
+        Sum of the row weights (``n_rows`` without weights).
+    min_weight : float
+        Smallest positive row weight (inf before any row).
     dtype : numpy dtype
         The least precise floating dtype seen in the inputs.
+    n_tokens : int
+        Longest padded length seen.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features
+    >>> from sklearn_linattn._solvers import SufficientStatistics
+    >>> X = np.random.default_rng(0).normal(size=(30, 4, 2))
+    >>> lengths = np.full(30, 4)
+    >>> a = SufficientStatistics(2).update(X[:10], lengths[:10])
+    >>> b = SufficientStatistics(2).update(X[10:], lengths[10:])
+    >>> H = attention_features(X, lengths)
+    >>> bool(np.allclose(a.merge(b).gram, H.T @ H)), a.n_rows
+    (True, 30)
     """
 
-    d: int
-    d_out: int | None = None
-    gram: np.ndarray = field(init=False)
-    moment: np.ndarray | None = field(init=False, default=None)
-    y_sum: np.ndarray | None = field(init=False, default=None)
-    y_sq: np.ndarray | None = field(init=False, default=None)
-    n_rows: int = field(init=False, default=0)
-    n_samples: int = field(init=False, default=0)
-    dtype: np.dtype = field(init=False, default=np.dtype(np.float64))
-
-    def __post_init__(self):
+    def __init__(self, d, d_out=None, *, gram=True):
+        self.d = int(d)
+        if self.d < 1:
+            raise ValueError(f"d must be a positive integer; got {d!r}.")
+        if d_out is not None and int(d_out) < 1:
+            raise ValueError(f"d_out must be None or a positive integer; got {d_out!r}.")
+        self.d_out = None if d_out is None else int(d_out)
+        P = self.d * (self.d + 1) // 2
         psi = n_attention_features(self.d)
-        self.gram = np.zeros((psi, psi))
-        if self.d_out is not None:
-            self.moment = np.zeros((psi, self.d_out))
-            self.y_sum = np.zeros(self.d_out)
-            self.y_sq = np.zeros(self.d_out)
+        self.readout = None
+        self._compact = np.zeros((P * (P + 1) // 2, P)) if gram else None
+        # Without the Gram matrix the moment is not accumulated either.
+        self.moment = None if self.d_out is None or not gram else np.zeros((psi, self.d_out))
+        self.y_sum = None if self.d_out is None else np.zeros(self.d_out)
+        self.y_sq = None if self.d_out is None else np.zeros(self.d_out)
+        self.n_rows = 0
+        self.n_samples = 0
+        self.weight_sum = 0.0
+        self.min_weight = np.inf
+        self.dtype = np.dtype(np.float64)
+        self.n_tokens = 0
+
+    def __repr__(self):
+        return (
+            f"SufficientStatistics(d={self.d}, d_out={self.d_out}, readout={self.readout!r}, "
+            f"n_samples={self.n_samples}, n_rows={self.n_rows}, gram={self.has_gram})"
+        )
 
     @property
     def n_features(self):
-        return self.gram.shape[0]
+        """Number of features psi."""
+        return n_attention_features(self.d)
 
-    def update(self, X, lengths, Y=None, *, readout="last"):
-        """Add the feature rows of a batch of sequences (processed in chunks)."""
-        if np.dtype(X.dtype).itemsize < self.dtype.itemsize:
+    @property
+    def has_gram(self):
+        """Whether the Gram matrix is accumulated."""
+        return self._compact is not None
+
+    @property
+    def gram(self):
+        """The full Gram matrix ``Phi^T W Phi``, shape (psi, psi).
+
+        Reading it expands the compact storage into a new array; assigning a
+        psi x psi matrix with the same symmetries (e.g. ``a.gram += b.gram``)
+        stores its distinct entries.
+        """
+        if self._compact is None:
+            raise ValueError(
+                "these statistics were accumulated without the Gram matrix (gram=False)."
+            )
+        P = self.d * (self.d + 1) // 2
+        ip, idd = pair_index_matrix(P), pair_index_matrix(self.d)
+        G = self._compact[ip[:, None, :, None], idd[None, :, None, :]]
+        return G.reshape(self.n_features, self.n_features)
+
+    @gram.setter
+    def gram(self, value):
+        psi, P = self.n_features, self.d * (self.d + 1) // 2
+        value = np.asarray(value, dtype=np.float64)
+        if value.shape != (psi, psi):
+            raise ValueError(f"gram must have shape ({psi}, {psi}); got {value.shape}.")
+        jp, kp = pair_indices(P)
+        jd, kd = pair_indices(self.d)
+        G4 = value.reshape(P, self.d, P, self.d)
+        self._compact = np.ascontiguousarray(
+            G4[jp[:, None], jd[None, :], kp[:, None], kd[None, :]]
+        )
+
+    @property
+    def trace(self):
+        """Trace of the Gram matrix (sum of its eigenvalues)."""
+        P = self.d * (self.d + 1) // 2
+        diag_p = pair_index_matrix(P)[np.arange(P), np.arange(P)]
+        diag_l = pair_index_matrix(self.d)[np.arange(self.d), np.arange(self.d)]
+        return float(self._compact[np.ix_(diag_p, diag_l)].sum())
+
+    def update(self, X, lengths, Y=None, *, readout="last", sample_weight=None):
+        """Add the feature rows of a batch of sequences (processed in chunks).
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_tokens, d)
+            Padded sequences (float32 or float64); values at positions
+            ``>= lengths`` are ignored (zero or NaN).
+        lengths : ndarray of int, shape (n_samples,)
+            Number of real tokens of each sequence.
+        Y : ndarray or None
+            Targets as :func:`~._validation.check_targets` returns them:
+            shape (n_samples, d_out) for ``"last"``, (n_samples, n_tokens,
+            d_out) for ``"all"``; given exactly when ``d_out`` is not None.
+        readout : {"last", "all"}, default="last"
+            Must be the same in every call.
+        sample_weight : ndarray of shape (n_samples,) or None
+            Non-negative weight of each sequence (of each of its positions for
+            ``"all"``); rows of weight zero are skipped.
+
+        Returns
+        -------
+        self : SufficientStatistics
+        """
+        check_readout(readout)
+        if self.readout is not None and readout != self.readout:
+            raise ValueError(
+                f"readout must stay {self.readout!r} for these statistics; got {readout!r}."
+            )
+        X, lengths, Y, w = _check_batch(
+            X, lengths, Y, sample_weight, self.d, self.d_out, readout
+        )
+        self.readout = readout
+        n_samples, n_tokens = X.shape[:2]
+        if np.dtype(X.dtype).kind == "f" and np.dtype(X.dtype).itemsize < self.dtype.itemsize:
             self.dtype = np.dtype(X.dtype)
-        rows_per_sample = 1 if readout == "last" else X.shape[1]
-        for sl in iter_sample_chunks(X.shape[0], rows_per_sample * self.n_features):
-            Xc = np.asarray(X[sl], dtype=np.float64)
-            Yc = None if Y is None else Y[sl]
-            Phi, Yr = feature_rows(Xc, lengths[sl], Yc, readout=readout)
-            self.gram += Phi.T @ Phi
-            if self.moment is not None:
-                self.moment += Phi.T @ Yr
-                self.y_sum += Yr.sum(axis=0)
-                self.y_sq += np.einsum("ra,ra->a", Yr, Yr)
-            self.n_rows += Phi.shape[0]
-        self.n_samples += X.shape[0]
+        self.n_tokens = max(self.n_tokens, int(n_tokens))
+        self.n_samples += n_samples if w is None else int(np.count_nonzero(w > 0))
+        if self._compact is None:
+            self._count(lengths, Y, w, readout, n_tokens)
+            return self
+        P = self.d * (self.d + 1) // 2
+        per_row = 3 * P + 2 * self.d + (self.d_out or 0) * (self.d + 2)
+        per_sample = _row_values(self.d, n_tokens, readout, per_row)
+        for sl in iter_sample_chunks(n_samples, per_sample):
+            S, x, wr, Yr = _chunk_rows(X, lengths, sl, readout, Y, w)
+            self._accumulate(S, x, wr, Yr)
         return self
+
+    def _count(self, lengths, Y, w, readout, n_tokens):
+        """Counts and target moments without the Gram matrix."""
+        rows = np.ones_like(lengths) if readout == "last" else lengths
+        ws = np.ones(lengths.shape[0]) if w is None else w
+        pos = ws > 0
+        self.n_rows += int(rows[pos].sum())
+        self.weight_sum += float((ws * rows).sum())
+        if pos.any():
+            self.min_weight = min(self.min_weight, float(ws[pos].min()))
+        if Y is not None:
+            Yf = np.asarray(Y, dtype=np.float64)
+            if readout == "all":
+                real = np.arange(n_tokens)[None, :] < lengths[:, None]
+                Yf = Yf * real[:, :, None]
+                wy = ws[:, None, None]
+                self.y_sum += (wy * Yf).sum(axis=(0, 1))
+                self.y_sq += (wy * Yf * Yf).sum(axis=(0, 1))
+            else:
+                self.y_sum += (ws[:, None] * Yf).sum(axis=0)
+                self.y_sq += (ws[:, None] * Yf * Yf).sum(axis=0)
+
+    def _accumulate(self, S, x, w, Yr):
+        """Add the rows ``kron(S_r, x_r)`` with weights w (None: ones) and targets Yr."""
+        m, P = S.shape
+        if m == 0:
+            return
+        # Pair products of the moments (rows (p, q), q >= p, in triu order)
+        # times pair products of the tokens: a GEMM gives every distinct Gram
+        # entry of this chunk.  The pair products are formed a block of rows
+        # at a time, small enough to stay in cache until the GEMM reads them.
+        St = np.ascontiguousarray(S.T)
+        offsets = _pair_offsets(P)
+        jd, kd = pair_indices(self.d)
+        B = x[:, jd] * x[:, kd]
+        if w is not None:
+            B *= w[:, None]
+        block = max(1, _GRAM_BLOCK_VALUES // m)
+        buffer = np.empty(min(offsets[-1], max(block, P)) * m)
+        p = 0
+        while p < P:
+            stop = p + 1  # rows offsets[p]:offsets[stop] of the compact Gram
+            while stop < P and offsets[stop + 1] - offsets[p] <= block:
+                stop += 1
+            start = offsets[p]
+            A = buffer[: (offsets[stop] - start) * m].reshape(-1, m)
+            for q in range(p, stop):
+                np.multiply(St[q:], St[q], out=A[offsets[q] - start : offsets[q + 1] - start])
+            self._compact[start : offsets[stop]] += A @ B
+            p = stop
+        if Yr is not None:
+            Yw = Yr if w is None else Yr * w[:, None]
+            self.moment += features_rmatvec(S, x, Yw).T
+            self.y_sum += Yw.sum(axis=0)
+            self.y_sq += np.einsum("ra,ra->a", Yw, Yr)
+        self.n_rows += m
+        self.weight_sum += float(m if w is None else w.sum())
+        self.min_weight = min(self.min_weight, 1.0 if w is None else float(w.min()))
+
+    def merge(self, other):
+        """Add the statistics of other (disjoint) data, in place.
+
+        Parameters
+        ----------
+        other : SufficientStatistics
+            Same ``d``, ``d_out``, readout and Gram setting.
+
+        Returns
+        -------
+        self : SufficientStatistics
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn._solvers import SufficientStatistics
+        >>> X = np.random.default_rng(0).normal(size=(8, 3, 2))
+        >>> Y = X[:, -1, :1]
+        >>> whole = SufficientStatistics(2, 1).update(X, np.full(8, 3), Y)
+        >>> parts = [SufficientStatistics(2, 1).update(X[i::2], np.full(4, 3), Y[i::2])
+        ...          for i in range(2)]
+        >>> merged = parts[0].merge(parts[1])
+        >>> bool(np.allclose(merged.gram, whole.gram)), merged.n_samples
+        (True, 8)
+        """
+        if not isinstance(other, SufficientStatistics):
+            raise TypeError(
+                f"other must be a SufficientStatistics; got {type(other).__name__}."
+            )
+        if (other.d, other.d_out) != (self.d, self.d_out):
+            raise ValueError(
+                f"cannot merge statistics of d={other.d}, d_out={other.d_out} into "
+                f"statistics of d={self.d}, d_out={self.d_out}."
+            )
+        if other.has_gram != self.has_gram:
+            raise ValueError(
+                "cannot merge statistics with and without the Gram matrix (gram=True/False)."
+            )
+        if self.readout is not None and other.readout is not None and (
+            self.readout != other.readout
+        ):
+            raise ValueError(
+                f"cannot merge statistics of readout={other.readout!r} into statistics of "
+                f"readout={self.readout!r}."
+            )
+        self.readout = self.readout if self.readout is not None else other.readout
+        if self.has_gram:
+            self._compact += other._compact
+        if self.moment is not None:
+            self.moment += other.moment
+        if self.y_sum is not None:
+            self.y_sum += other.y_sum
+            self.y_sq += other.y_sq
+        self.n_rows += other.n_rows
+        self.n_samples += other.n_samples
+        self.weight_sum += other.weight_sum
+        self.min_weight = min(self.min_weight, other.min_weight)
+        if other.dtype.itemsize < self.dtype.itemsize:
+            self.dtype = other.dtype
+        self.n_tokens = max(self.n_tokens, other.n_tokens)
+        return self
+
+
+# --------------------------------------------------------------------------
+# Solutions
+# --------------------------------------------------------------------------
 
 
 @dataclass
 class SpectralSolution:
-    """Coefficients with the spectrum of the Gram matrix they came from.
+    """Coefficients with what the certificate needs about the Gram spectrum.
 
     Attributes
     ----------
     coef : ndarray of shape (d_out, psi) or None
-    eigenvalues : ndarray of shape (psi,)
-        Eigenvalues of ``Phi^T Phi`` in decreasing order (clipped at 0).
-    eigenvectors : ndarray of shape (psi, psi)
-        Matching orthonormal eigenvectors as columns.
     tol : float
-        Eigenvalues ``<= tol`` count as zero (:func:`eigenvalue_tolerance`).
+        Eigenvalues of ``G = Phi^T W Phi`` ``<= tol`` count as zero
+        (:func:`eigenvalue_tolerance`).
+    lambda_max, lambda_min : float
+        Largest and smallest eigenvalue of G (clipped at 0).
+    n_features : int
+        psi.
+    method : str
+        The solver that produced it.
+    eigenvalues : ndarray of shape (psi,) or None
+        All eigenvalues of G in decreasing order (clipped at 0), when the
+        solver computed them.
+    eigenvectors : ndarray of shape (psi, k) or None
+        Orthonormal eigenvectors of the first k eigenvalues (k >= rank; the
+        others span the null space).
+    factor : ndarray of shape (psi, psi) or None
+        Lower Cholesky factor L of G (``"cholesky"``; G is then positive
+        definite).
+    min_eigenvector : ndarray of shape (psi,) or None
+        Unit eigenvector of lambda_min (``"cg"``).
+    lambda_min_error : float
+        Bound on ``|lambda_min - computed|`` from the iterative eigensolver's
+        residual (0 for direct solvers, whose error is rounding).
+    trace : float
+        Trace of G.
+    rank : int
+        Number of eigenvalues above tol (``"cg"``: psi if lambda_min is above
+        tol, else an upper bound, see ``rank_is_bound``).
+    rank_is_bound : bool
+        Whether ``rank`` is only an upper bound.
+    n_iter : int
+        Iterations of an iterative solver (0 for direct ones).
     """
 
     coef: np.ndarray | None
-    eigenvalues: np.ndarray
-    eigenvectors: np.ndarray
     tol: float
-
-    @property
-    def rank(self):
-        return int(np.count_nonzero(self.eigenvalues > self.tol))
+    lambda_max: float
+    lambda_min: float
+    n_features: int
+    method: str
+    eigenvalues: np.ndarray | None = None
+    eigenvectors: np.ndarray | None = None
+    factor: np.ndarray | None = None
+    min_eigenvector: np.ndarray | None = None
+    lambda_min_error: float = 0.0
+    trace: float = 0.0
+    rank: int = 0
+    rank_is_bound: bool = False
+    n_iter: int = 0
 
 
 def _coef_from_spectrum(w, U, moment, alpha, tol):
-    """Ridge / minimum-norm coefficients from an eigen-decomposition of G."""
+    """Ridge / minimum-norm coefficients from (part of) an eigen-decomposition of G.
+
+    ``U`` holds the eigenvectors of the first ``U.shape[1]`` eigenvalues; the
+    moment lies in their span (the row space of the design), so the missing
+    ones do not matter.
+    """
     if moment is None:
         return None
-    proj = U.T @ moment  # (psi, d_out)
-    denom = w + alpha
-    keep = w > tol if alpha == 0 else denom > 0
-    inv = np.zeros_like(w)
+    wk = w[: U.shape[1]]
+    proj = U.T @ moment  # (k, d_out)
+    denom = wk + alpha
+    keep = wk > tol if alpha == 0 else denom > 0
+    inv = np.zeros_like(wk)
     inv[keep] = 1.0 / denom[keep]
     return (U @ (inv[:, None] * proj)).T
 
 
+def _dense_solution(w, U, moment, alpha, dtype, method):
+    """SpectralSolution from eigenvalues w (length psi, decreasing) and eigenvectors U."""
+    psi = w.shape[0]
+    tol = eigenvalue_tolerance(w[0] if psi else 0.0, psi, dtype)
+    return SpectralSolution(
+        coef=_coef_from_spectrum(w, U, moment, alpha, tol),
+        tol=tol,
+        lambda_max=float(w[0]),
+        lambda_min=float(w[-1]),
+        n_features=psi,
+        method=method,
+        eigenvalues=w,
+        eigenvectors=U,
+        trace=float(w.sum()),
+        rank=int(np.count_nonzero(w > tol)),
+    )
+
+
 def solve_eigh(stats, alpha=0.0):
-    """Solve the normal equations through ``eigh(Phi^T Phi)``."""
-    w, U = scipy.linalg.eigh(stats.gram, driver="evr")
+    """Solve the normal equations through ``eigh(Phi^T W Phi)`` (full spectrum)."""
+    w, U = scipy.linalg.eigh(stats.gram, driver="evr", overwrite_a=True, check_finite=False)
     w, U = np.clip(w[::-1], 0.0, None), U[:, ::-1]
-    tol = eigenvalue_tolerance(w[0] if w.size else 0.0, stats.n_features, stats.dtype)
-    return SpectralSolution(_coef_from_spectrum(w, U, stats.moment, alpha, tol), w, U, tol)
+    return _dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh")
 
 
-def solve_svd(Phi, Y_rows, alpha=0.0, dtype=np.float64):
+def _start_vectors(n, k=1):
+    """Deterministic start vectors for the iterative eigensolvers."""
+    return np.random.default_rng(0).standard_normal((n, k))
+
+
+def _cholesky(G):
+    """Lower Cholesky factor (Fortran order, computed in place); None if not positive definite."""
+    potrf = get_lapack_funcs("potrf", (G,))
+    # G is symmetric: its transpose is a Fortran-ordered view of the same matrix.
+    L, info = potrf(G.T, lower=1, overwrite_a=1, clean=1)
+    return L if info == 0 else None
+
+
+def _largest_eigenvalue(G):
+    """lambda_max of a dense symmetric matrix by Lanczos (relative accuracy _LANCZOS_RTOL)."""
+    v0 = _start_vectors(G.shape[0])[:, 0]
+    return float(eigsh(G, k=1, which="LA", tol=_LANCZOS_RTOL, v0=v0,
+                       return_eigenvectors=False)[0])
+
+
+def _smallest_eigenvalue(L):
+    """lambda_min of ``L L^T`` by Lanczos on its inverse (two triangular solves per step).
+
+    Returns ``(lambda_min, error_bound)`` or None when Lanczos fails.
+    """
+    psi = L.shape[0]
+    trsv = get_blas_funcs("trsv", (L,))
+
+    def inverse(v):
+        return trsv(L, trsv(L, v, lower=1), lower=1, trans=1)
+
+    op = LinearOperator((psi, psi), matvec=inverse, dtype=np.float64)
+    try:
+        mu = float(eigsh(op, k=1, which="LA", tol=_LANCZOS_RTOL,
+                         v0=_start_vectors(psi)[:, 0], return_eigenvectors=False)[0])
+    except (ArpackNoConvergence, ArpackError):
+        return None
+    if not np.isfinite(mu) or mu <= 0:
+        return None
+    return 1.0 / mu, _LANCZOS_RTOL / mu
+
+
+def solve_cholesky(stats, alpha=0.0):
+    """Solve the normal equations through a Cholesky factor of ``Phi^T W Phi``.
+
+    The certificate's extreme eigenvalues come from Lanczos: on G for
+    lambda_max, on ``G^{-1} = L^{-T} L^{-1}`` for lambda_min (relative
+    accuracy 1e-10, plus the rounding of the factorisation, about
+    ``psi * eps * lambda_max`` as for eigh).  The full spectrum is not
+    computed.  When G is not positive definite, or lambda_min is within a
+    factor 100 of the zero-eigenvalue tolerance, rank and null space matter and
+    the solve hands over to :func:`solve_eigh`, so the result is always that
+    of the eigh rule.
+    """
+    psi = stats.n_features
+    if stats.n_rows == 0:
+        return solve_eigh(stats, alpha)
+    G = stats.gram
+    if psi <= _SMALL_PSI:
+        w = np.clip(scipy.linalg.eigvalsh(G)[::-1], 0.0, None)
+        lam_max, lam_min, error = float(w[0]), float(w[-1]), 0.0
+    else:
+        w = None
+        lam_max = _largest_eigenvalue(G)
+    tol = eigenvalue_tolerance(lam_max, psi, stats.dtype)
+    trace = float(np.trace(G))
+    G_alpha = None
+    if alpha > 0 and stats.moment is not None:
+        G_alpha = G.copy()
+        G_alpha[np.diag_indices(psi)] += alpha
+    L = _cholesky(G)  # overwrites G
+    if L is None:
+        return solve_eigh(stats, alpha)
+    if w is None:
+        found = _smallest_eigenvalue(L)
+        if found is None:
+            return solve_eigh(stats, alpha)
+        lam_min, error = found
+    if not lam_min > _CHOLESKY_MARGIN * tol:
+        return solve_eigh(stats, alpha)
+    coef = None
+    if stats.moment is not None:
+        F = L if G_alpha is None else _cholesky(G_alpha)
+        coef = scipy.linalg.cho_solve((F, True), stats.moment, check_finite=False).T
+    return SpectralSolution(
+        coef=coef,
+        tol=tol,
+        lambda_max=lam_max,
+        lambda_min=lam_min,
+        n_features=psi,
+        method="cholesky",
+        eigenvalues=w,
+        factor=L,
+        lambda_min_error=error,
+        trace=trace,
+        rank=psi,
+    )
+
+
+def solve_statistics(stats, alpha=0.0, solver="eigh"):
+    """Finish a fit from sufficient statistics: the entry point for external statistics.
+
+    Statistics accumulated anywhere (chunks of a stream, blocks of a
+    distributed array combined with :meth:`SufficientStatistics.merge`) give
+    the same coefficients and spectrum as a fit on all the data at once.
+
+    Parameters
+    ----------
+    stats : SufficientStatistics
+        With the Gram matrix (``gram=True``) and at least one row.
+    alpha : float, default=0.0
+        Ridge penalty; 0 gives the minimum-norm least-squares solution.
+    solver : {"eigh", "cholesky", "auto"}, default="eigh"
+        ``"auto"`` picks by shape as :func:`choose_solver` does.
+
+    Returns
+    -------
+    solution : SpectralSolution
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._solvers import SufficientStatistics, solve_statistics
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(40, 4, 2))
+    >>> y = (X[:, :, 0] ** 2).sum(axis=1) * X[:, -1, 1]  # a linear-attention output
+    >>> stats = SufficientStatistics(2, 1).update(X, np.full(40, 4), y[:, None])
+    >>> solution = solve_statistics(stats)
+    >>> solution.rank, np.round(solution.coef, 8) + 0.0
+    (6, array([[0., 1., 0., 0., 0., 0.]]))
+    """
+    if not isinstance(stats, SufficientStatistics):
+        raise TypeError(f"stats must be a SufficientStatistics; got {type(stats).__name__}.")
+    if solver == "auto":
+        solver = choose_solver("auto", stats.n_rows, stats.n_features, statistics=True)
+    if solver not in STATISTICS_SOLVERS:
+        raise ValueError(
+            f"solver must be one of {('auto',) + STATISTICS_SOLVERS} to solve from sufficient "
+            f"statistics; got {solver!r} (it needs the sequences themselves)."
+        )
+    if not stats.has_gram:
+        raise ValueError("stats must hold the Gram matrix (created with gram=True).")
+    if stats.n_rows == 0:
+        raise ValueError(
+            "stats hold no feature row: every sequence so far had zero weight, or none "
+            "was added; there is nothing to fit."
+        )
+    if solver == "cholesky":
+        return solve_cholesky(stats, alpha)
+    return solve_eigh(stats, alpha)
+
+
+# --------------------------------------------------------------------------
+# Solvers on the data: SVD of the design, dual (kernel) form
+# --------------------------------------------------------------------------
+
+
+def _all_rows(X, lengths, readout, Y=None, sample_weight=None):
+    """Row factors of every row with positive weight, with targets and weights."""
+    n_samples, n_tokens, d = X.shape
+    P = d * (d + 1) // 2
+    per_sample = _row_values(d, n_tokens, readout, 2 * P + 2 * d)
+    parts = [
+        _chunk_rows(X, lengths, sl, readout, Y, sample_weight)
+        for sl in iter_sample_chunks(n_samples, per_sample)
+    ]
+    S = np.concatenate([p[0] for p in parts])
+    x = np.concatenate([p[1] for p in parts])
+    w = None if sample_weight is None else np.concatenate([p[2] for p in parts])
+    Yr = None if Y is None else np.concatenate([p[3] for p in parts])
+    return S, x, w, Yr
+
+
+def solve_svd(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
+              dtype=np.float64):
     """Solve on the design matrix itself through its SVD (more accurate).
 
-    Conditioning is that of ``Phi`` rather than of ``Phi^T Phi``; eigenvalues
-    of the Gram matrix are the squared singular values.
+    Conditioning is that of ``W^{1/2} Phi`` rather than of ``Phi^T W Phi``;
+    eigenvalues of the Gram matrix are the squared singular values.  Memory
+    O(n_rows * psi).
     """
-    psi = Phi.shape[1]
-    _, s, Vt = scipy.linalg.svd(Phi, full_matrices=False, lapack_driver="gesdd")
-    w = np.zeros(psi)
-    w[: s.size] = s**2
-    U = Vt.T
-    if U.shape[1] < psi:  # fewer rows than features: complete the basis
-        U = np.hstack([U, scipy.linalg.null_space(U.T)])
-    tol = eigenvalue_tolerance(w[0] if w.size else 0.0, psi, dtype)
-    moment = None if Y_rows is None else Phi.T @ Y_rows
-    return SpectralSolution(_coef_from_spectrum(w, U, moment, alpha, tol), w, U, tol)
+    psi = n_attention_features(X.shape[2])
+    S, x, w, Yr = _all_rows(X, lengths, readout, Y, sample_weight)
+    Phi = _outer_features(S, x)
+    if w is not None:
+        sw = np.sqrt(w)
+        Phi *= sw[:, None]
+        Yr = None if Yr is None else Yr * sw[:, None]
+    _, s, Vt = scipy.linalg.svd(Phi, full_matrices=False, lapack_driver="gesdd",
+                                check_finite=False)
+    eig = np.zeros(psi)
+    eig[: s.size] = s**2
+    moment = None if Yr is None else Phi.T @ Yr
+    return _dense_solution(eig, Vt.T, moment, alpha, dtype, "svd")
 
 
-def choose_solver(solver, n_rows, psi):
-    """Resolve ``"auto"``.
+def solve_dual(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
+               dtype=np.float64):
+    """Solve in the dual (kernel) form, for designs with fewer rows than features.
 
-    The SVD of a wide design (fewer rows than features) is cheaper than the
-    eigen-decomposition of the psi x psi Gram matrix; a tall design is
-    reduced to the Gram matrix in chunks, which costs one GEMM pass and
-    O(psi^2) memory (an SVD of the tall design costs several times more).
+    ``K = W^{1/2} Phi Phi^T W^{1/2}`` costs O(N^2 d^2) from the kernel
+    ``<H_r, H_s> = <S_r, S_s> <x_r, x_s>`` (also between prefixes, so both
+    readouts are supported).  With ``K = U diag(mu) U^T``, the nonzero
+    eigenvalues of the Gram matrix are mu, its eigenvectors
+    ``Phi^T W^{1/2} U mu^{-1/2}``, and the coefficients
+    ``Phi^T W^{1/2} (K + alpha I)^+ W^{1/2} y`` (the pseudo-inverse keeps mu
+    above the zero-eigenvalue tolerance, giving the minimum-norm solution).
+    Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
+    """
+    psi = n_attention_features(X.shape[2])
+    S, x, w, Yr = _all_rows(X, lengths, readout, Y, sample_weight)
+    K = (S @ S.T) * (x @ x.T)
+    sw = None if w is None else np.sqrt(w)
+    if sw is not None:
+        K *= sw[:, None] * sw[None, :]
+    mu, U = scipy.linalg.eigh(K, driver="evr", overwrite_a=True, check_finite=False)
+    mu, U = np.clip(mu[::-1], 0.0, None), U[:, ::-1]
+    m = mu.size
+    eig = np.zeros(psi)
+    eig[: min(m, psi)] = mu[: min(m, psi)]
+    tol = eigenvalue_tolerance(eig[0] if psi else 0.0, psi, dtype)
+    # At most psi eigenvalues of K are not zero (K = Phi Phi^T has rank <= psi);
+    # with more rows than features the others are rounding of size ~ m eps.
+    k = min(m, psi)
+    r = int(np.count_nonzero(eig > tol))
+    Ur = U[:, :r] if sw is None else U[:, :r] * sw[:, None]
+    V = features_rmatvec(S, x, Ur).T / np.sqrt(mu[:r])  # (psi, r) eigenvectors
+    coef = None
+    if Yr is not None:
+        Yw = Yr if sw is None else Yr * sw[:, None]
+        proj = U.T @ Yw
+        # Pseudo-inverse as in the primal solvers: eigenvalues above tol for
+        # alpha = 0, all of them for alpha > 0 (the null space of K maps to
+        # zero coefficients either way, so it is left out).
+        inv = np.zeros_like(mu)
+        n_kept = r if alpha == 0 else k
+        inv[:n_kept] = 1.0 / (mu[:n_kept] + alpha)
+        a = U @ (inv[:, None] * proj)  # dual coefficients, (m, d_out)
+        coef = features_rmatvec(S, x, a if sw is None else a * sw[:, None])
+    return SpectralSolution(
+        coef=coef,
+        tol=tol,
+        lambda_max=float(eig[0]),
+        lambda_min=float(eig[-1]),
+        n_features=psi,
+        method="dual",
+        eigenvalues=eig,
+        eigenvectors=V,
+        trace=float(eig.sum()),
+        rank=r,
+    )
+
+
+# --------------------------------------------------------------------------
+# Matrix-free: preconditioned conjugate gradients and LOBPCG
+# --------------------------------------------------------------------------
+
+
+class _ImplicitGram:
+    """``G = Phi^T W Phi`` as products over chunks of sequences; never formed.
+
+    One product ``G V`` (V of shape (psi, k)) recomputes the row factors of
+    every chunk (O(N n d^2)) and does two GEMMs with them (O(N d^3 k)).
+    """
+
+    def __init__(self, X, lengths, readout, sample_weight=None):
+        self.X, self.lengths, self.readout = X, lengths, readout
+        self.sample_weight = sample_weight
+        self.n_samples, self.n_tokens, self.d = X.shape
+        self.P = self.d * (self.d + 1) // 2
+        self.psi = n_attention_features(self.d)
+        self.n_products = 0
+
+    def _chunks(self, k, Y=None):
+        per_row = self.P * (k + 2) + self.d * (k + 2)
+        per_sample = _row_values(self.d, self.n_tokens, self.readout, per_row)
+        for sl in iter_sample_chunks(self.n_samples, per_sample):
+            yield _chunk_rows(self.X, self.lengths, sl, self.readout, Y, self.sample_weight)
+
+    def matmat(self, V):
+        """``G @ V`` for V of shape (psi, k)."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.ndim == 1:
+            return self.matmat(V[:, None])[:, 0]
+        k = V.shape[1]
+        out = np.zeros((k, self.psi))
+        Vt = np.ascontiguousarray(V.T)
+        for S, x, w, _ in self._chunks(k):
+            U = features_matvec(S, x, Vt)
+            if w is not None:
+                U *= w[:, None]
+            out += features_rmatvec(S, x, U)
+        self.n_products += 1
+        return out.T
+
+    def setup(self, Y=None):
+        """One pass: ``Phi^T W Y``, the Kronecker factors, the trace and the counts."""
+        A = np.zeros((self.P, self.P))
+        B = np.zeros((self.d, self.d))
+        d_out = None if Y is None else Y.shape[-1]
+        b = None if Y is None else np.zeros((d_out, self.psi))
+        y_sum = None if Y is None else np.zeros(d_out)
+        y_sq = None if Y is None else np.zeros(d_out)
+        trace, n_rows, weight_sum, min_weight = 0.0, 0, 0.0, np.inf
+        for S, x, w, Yr in self._chunks(max(1, d_out or 1), Y):
+            m = S.shape[0]
+            if m == 0:
+                continue
+            if w is None:
+                Sw, xw, rw = S, x, np.ones(m)
+            else:
+                sw = np.sqrt(w)[:, None]
+                Sw, xw, rw = S * sw, x * sw, w
+            A += Sw.T @ Sw
+            B += xw.T @ xw
+            trace += float(rw @ (np.einsum("rp,rp->r", S, S) * np.einsum("rl,rl->r", x, x)))
+            n_rows += m
+            weight_sum += float(rw.sum())
+            min_weight = min(min_weight, float(rw.min()))
+            if Yr is not None:
+                Yw = Yr * rw[:, None]
+                b += features_rmatvec(S, x, Yw)
+                y_sum += Yw.sum(axis=0)
+                y_sq += np.einsum("ra,ra->a", Yw, Yr)
+        return dict(A=A, B=B, b=b, y_sum=y_sum, y_sq=y_sq, trace=trace, n_rows=n_rows,
+                    weight_sum=weight_sum, min_weight=min_weight)
+
+
+class _KroneckerPreconditioner:
+    """Inverse of ``(A kron B) / W + alpha I``, an approximation of ``G + alpha I``.
+
+    ``A = S^T W S`` (P x P) and ``B = x^T W x`` (d x d) are the second
+    moments of the two factors of the rows ``kron(S_r, x_r)``; if they were
+    independent, ``E[h h^T] = E[S S^T] kron E[x x^T]``.  Applying the inverse
+    costs O(P^2 d + P d^2) per vector through the eigen-decompositions of A
+    and B.  ``range(G)`` lies in ``range(A) kron range(B)``: the
+    positive-semidefinite version (``definite=False``) inverts there and is
+    zero elsewhere, so that iterates never leave the span of the data.
+    """
+
+    def __init__(self, A, B, weight_sum, alpha, dtype):
+        wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
+        wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
+        wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
+        self.P, self.d = A.shape[0], B.shape[0]
+        keep = (wa > eigenvalue_tolerance(wa.max(), self.P, dtype))[:, None] & (
+            wb > eigenvalue_tolerance(wb.max(), self.d, dtype)
+        )[None, :]
+        D = np.outer(wa, wb) / max(weight_sum, np.finfo(np.float64).tiny) + alpha
+        self.inv = np.zeros_like(D)
+        if alpha > 0:
+            self.inv = 1.0 / D
+        else:
+            self.inv[keep] = 1.0 / D[keep]
+        floor = eigenvalue_tolerance(D.max(), self.P * self.d, dtype)
+        self.inv_definite = 1.0 / np.maximum(D, max(floor, np.finfo(np.float64).tiny))
+
+    def apply(self, R, definite=False):
+        R = np.asarray(R, dtype=np.float64)
+        if R.ndim == 1:
+            return self.apply(R[:, None], definite)[:, 0]
+        k = R.shape[1]
+        R3 = R.T.reshape(k, self.P, self.d)
+        Z = self.Ua.T @ R3 @ self.Ub
+        Z *= self.inv_definite if definite else self.inv
+        return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
+
+
+def _pcg(matmat, Bm, precond, alpha, rtol, max_iter):
+    """Preconditioned CG on ``(G + alpha I) X = Bm``, one independent recurrence per column.
+
+    Columns stop when ``||residual|| <= rtol * ||b||``; the products of the
+    still-active columns share one pass over the data.
+    """
+    psi, k = Bm.shape
+    X = np.zeros_like(Bm)
+    R = Bm.copy()
+    bnorm = np.linalg.norm(Bm, axis=0)
+    Z = precond(R)
+    D = Z.copy()
+    rz = np.einsum("ik,ik->k", R, Z)
+    active = (bnorm > 0) & (rz > 0)
+    rel = np.where(bnorm > 0, 1.0, 0.0)
+    n_iter = 0
+    while True:
+        rel[active] = np.linalg.norm(R[:, active], axis=0) / bnorm[active]
+        active &= rel > rtol
+        if not active.any() or n_iter >= max_iter:
+            break
+        idx = np.flatnonzero(active)
+        Da = D[:, idx]
+        Q = matmat(Da)
+        if alpha:
+            Q += alpha * Da
+        dq = np.einsum("ik,ik->k", Da, Q)
+        ok = dq > 0
+        step = np.where(ok, rz[idx] / np.where(ok, dq, 1.0), 0.0)
+        X[:, idx] += step * Da
+        R[:, idx] -= step * Q
+        Za = precond(R[:, idx])
+        rz_new = np.einsum("ik,ik->k", R[:, idx], Za)
+        beta = np.where(rz[idx] > 0, rz_new / np.where(rz[idx] > 0, rz[idx], 1.0), 0.0)
+        D[:, idx] = Za + beta * Da
+        rz[idx] = rz_new
+        active[idx[~ok | (rz_new <= 0)]] = False  # exact solution or breakdown
+        n_iter += 1
+    nonzero = bnorm > 0
+    rel[nonzero] = np.linalg.norm(R[:, nonzero], axis=0) / bnorm[nonzero]
+    return X, n_iter, rel
+
+
+def _implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK):
+    """lambda_max, lambda_min (with eigenvector and residual bound) of the implicit G.
+
+    lambda_max by Lanczos (ARPACK, relative accuracy 1e-8).  lambda_min by
+    LOBPCG with the Kronecker preconditioner and a block of ``block``
+    vectors, run in rounds of at most 100 iterations (each round restarts
+    from the previous Ritz vectors) until the error bound of
+    :func:`_ritz_error` is at most ``max(1e-4 * theta, tol / 2)``, or 300
+    iterations (whatever the error then, it is reported; a warning says when
+    it leaves the verdict undecided).  theta, a Rayleigh quotient, is ``>= lambda_min``; the error
+    bound is the residual ``||G v - theta v||`` or, once the second Ritz value
+    is separated from the first, the Kato-Temple bound ``r**2 / gap``.
+
+    Returns
+    -------
+    dict with lambda_max, lambda_min, error, vector, tol, values (the
+    block's Ritz values), n_iter.
+    """
+    psi = op.psi
+    if psi < 5 * block:
+        # Too small for LOBPCG (scipy would form the matrix anyway).
+        G = op.matmat(np.eye(psi))
+        w, U = scipy.linalg.eigh((G + G.T) / 2)
+        w = np.clip(w, 0.0, None)
+        tol = eigenvalue_tolerance(w[-1], psi, dtype)
+        return dict(lambda_max=float(w[-1]), lambda_min=float(w[0]), error=0.0,
+                    vector=U[:, 0], tol=tol, values=w[:block], n_iter=0)
+    gop = LinearOperator((psi, psi), matvec=op.matmat, matmat=op.matmat, dtype=np.float64)
+    lam_max = float(eigsh(gop, k=1, which="LA", tol=_IMPLICIT_LMAX_RTOL,
+                          v0=_start_vectors(psi)[:, 0], return_eigenvectors=False)[0])
+    lam_max = max(lam_max, 0.0)
+    tol = eigenvalue_tolerance(lam_max, psi, dtype)
+    mop = LinearOperator((psi, psi), matvec=lambda r: precond(r, True),
+                         matmat=lambda r: precond(r, True), dtype=np.float64)
+    V = _start_vectors(psi, block)
+    target = _LOBPCG_RTOL * lam_max
+    steps = _LOBPCG_FIRST_ROUND
+    n_iter, theta, resid = 0, lam_max, np.inf
+    while True:
+        steps = min(steps, _LOBPCG_MAX_ITER - n_iter)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values, V = lobpcg(gop, V, M=mop, largest=False, tol=target, maxiter=steps)
+        n_iter += steps
+        order = np.argsort(values)
+        values, V = values[order], V[:, order]
+        W = V[:, :2] / np.linalg.norm(V[:, :2], axis=0)
+        theta = values[:2]
+        resid = np.linalg.norm(op.matmat(W) - W * theta, axis=0)
+        error = _ritz_error(theta, resid)
+        target = max(_LOBPCG_RTOL * max(theta[0], 0.0), 0.5 * tol)
+        if error <= target or n_iter >= _LOBPCG_MAX_ITER:
+            break
+        steps = _LOBPCG_ROUND
+    if error > target and theta[0] - error <= tol < theta[0]:
+        warnings.warn(
+            f"LOBPCG resolved lambda_min of the feature Gram matrix only to {error:.3g} "
+            f"after {n_iter} iterations, which cannot tell it from the zero threshold "
+            f"{tol:.3g}: the certificate says 'not identifiable' for lack of accuracy.",
+            ConvergenceWarning,
+        )
+    return dict(lambda_max=lam_max, lambda_min=max(float(theta[0]), 0.0), error=error,
+                vector=W[:, 0], tol=tol, values=values, n_iter=n_iter)
+
+
+def _ritz_error(theta, resid):
+    """Error bound of the smallest Ritz value theta[0] from the two smallest Ritz pairs.
+
+    ``theta[0] >= lambda_1`` (a Rayleigh quotient), and some eigenvalue lies
+    within ``resid[0]`` of it.  If the second Ritz pair approximates lambda_2,
+    then ``lambda_2 >= mu = theta[1] - resid[1]`` and the Kato-Temple
+    inequality gives ``theta[0] - lambda_1 <= resid[0]**2 / (mu - theta[0])``
+    when ``mu > theta[0]``, which is much smaller once the residual is small.
+    """
+    r = float(resid[0])
+    mu = float(theta[1] - resid[1])
+    if mu > theta[0]:
+        return min(r, r * r / (mu - float(theta[0])))
+    return r
+
+
+def solve_cg(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
+             dtype=np.float64, tol=1e-8, max_iter=None):
+    """Matrix-free fit: preconditioned CG on the normal equations and LOBPCG.
+
+    Never forms ``Phi`` nor ``G = Phi^T W Phi``: every product ``G V``
+    streams over the sequences (see :class:`_ImplicitGram`); memory O(N n d)
+    for X plus O(psi + P^2) and one chunk.
+
+    - Coefficients: CG on ``(G + alpha I) c = Phi^T W y`` preconditioned by
+      the Kronecker approximation of :class:`_KroneckerPreconditioner`, until
+      the residual is below ``tol`` times the right-hand side.  With alpha = 0
+      on a rank-deficient design the iterates stay in the span of the
+      preconditioner's range, so the result is the least-squares solution of
+      minimal ``||M^{1/2} c||`` (M the preconditioner), not the Euclidean
+      minimum-norm one of eigh/svd: it fits the training data the same way and
+      agrees with them on every input their certificate ``covers``.
+    - Certificate: lambda_max by Lanczos, lambda_min by LOBPCG (see
+      :func:`_implicit_extremes`); the eigenvector of lambda_min is kept.
+
+    Returns
+    -------
+    solution : SpectralSolution
+    setup : dict
+        Counts, weights and target moments of the rows (for the statistics).
+    """
+    op = _ImplicitGram(X, lengths, readout, sample_weight)
+    setup = op.setup(Y)
+    precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"],
+                                       alpha, dtype)
+    coef, n_iter = None, 0
+    if Y is not None:
+        max_iter = _CG_MAX_ITER if max_iter is None else int(max_iter)
+        C, n_iter, rel = _pcg(op.matmat, setup["b"].T, precond.apply, alpha, tol, max_iter)
+        if np.any(rel > tol):
+            warnings.warn(
+                f"solver='cg' stopped after {n_iter} iterations with a relative residual of "
+                f"{rel.max():.3g} > tol={tol:g}; increase max_iter or tol.",
+                ConvergenceWarning,
+            )
+        coef = C.T
+    ext = _implicit_extremes(op, precond.apply, dtype)
+    identifiable = ext["lambda_min"] - ext["error"] > ext["tol"]
+    if identifiable:
+        rank = op.psi
+    else:
+        rank = op.psi - max(1, int(np.count_nonzero(ext["values"] <= ext["tol"])))
+    solution = SpectralSolution(
+        coef=coef,
+        tol=ext["tol"],
+        lambda_max=ext["lambda_max"],
+        lambda_min=ext["lambda_min"],
+        n_features=op.psi,
+        method="cg",
+        min_eigenvector=ext["vector"],
+        lambda_min_error=ext["error"],
+        trace=setup["trace"],
+        rank=rank,
+        rank_is_bound=not identifiable,
+        n_iter=n_iter,
+    )
+    return solution, setup
+
+
+# --------------------------------------------------------------------------
+# Choosing a solver, and the one-call entry point
+# --------------------------------------------------------------------------
+
+
+def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
+    """Resolve ``"auto"`` from the shape of the design and the memory budget.
+
+    - Dense psi x psi arrays (about ``3.25 * 8 * psi**2`` bytes: statistics,
+      Gram matrix, factor) above ``memory_budget`` -> ``"cg"`` (matrix-free).
+    - Fewer rows than features (wide) -> ``"svd"`` when the design matrix
+      (``8 * n_rows * psi`` bytes, twice) fits, else ``"dual"`` when the kernel
+      matrix and the row basis fit, else ``"cg"``.
+    - Otherwise (tall) -> ``"eigh"`` when psi <= 64 (its cost is negligible and
+      it gives the whole spectrum), else ``"cholesky"``: the Gram matrix is
+      accumulated in one pass either way, and at d = 16 (psi = 2176) an
+      eigen-decomposition costs about 5 times forming ``Phi^T Phi`` while a
+      Cholesky factor with Lanczos for the certificate costs a few tenths;
+      ``"cholesky"`` itself falls back to ``"eigh"`` on (nearly) singular
+      Gram matrices.
+
+    Parameters
+    ----------
+    solver : str
+        Returned unchanged unless ``"auto"``.
+    n_rows : int
+        Number of feature rows (an upper bound is fine).
+    psi : int
+        Number of features.
+    memory_budget : int or None, default=None
+        Bytes; None uses :func:`default_memory_budget`.
+    statistics : bool, default=False
+        Only the statistics solvers ("eigh", "cholesky") are possible.
+
+    Returns
+    -------
+    solver : str
+
+    Examples
+    --------
+    >>> from sklearn_linattn._solvers import choose_solver
+    >>> choose_solver("auto", 20000, 2176, memory_budget=2**33)
+    'cholesky'
+    >>> choose_solver("auto", 150000, 133120, memory_budget=2**32)
+    'cg'
+    >>> choose_solver("auto", 100, 2176, memory_budget=2**33)
+    'svd'
     """
     if solver != "auto":
         return solver
-    return "svd" if n_rows < psi and n_rows * psi <= _SVD_MAX_VALUES else "eigh"
+    tall_choice = "eigh" if psi <= _SMALL_PSI else "cholesky"
+    if statistics:
+        return tall_choice
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    if n_rows < psi:
+        if 2 * 8 * n_rows * psi <= budget:
+            return "svd"
+        if 8 * (2 * n_rows * n_rows + n_rows * psi) <= budget:
+            return "dual"
+        return "cg"
+    if _DENSE_ARRAYS * 8 * psi * psi > budget:
+        return "cg"
+    return tall_choice
 
 
-def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto"):
-    """Fit coefficients and the Gram spectrum in one pass over the data.
+def _n_rows(lengths, readout, sample_weight):
+    rows = np.ones_like(lengths) if readout == "last" else lengths
+    if sample_weight is not None:
+        rows = rows[sample_weight > 0]
+    return int(rows.sum())
+
+
+def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto", sample_weight=None,
+          tol=1e-8, max_iter=None, memory_budget=None):
+    """Fit coefficients and the Gram spectrum in one call.
 
     Parameters
     ----------
     X : ndarray of shape (n_samples, n_tokens, d)
-        Zero-padded sequences.
+        Padded sequences (float32 or float64); values at positions
+        ``>= lengths`` are ignored.
     lengths : ndarray of shape (n_samples,)
     Y : ndarray or None
         Targets as returned by ``check_targets``; None computes the spectrum
         only (for the certificate).
     readout : {"last", "all"}
     alpha : float
-        Ridge penalty; 0 gives the minimum-norm least-squares solution.
-    solver : {"auto", "eigh", "svd"}
+        Ridge penalty; 0 gives the minimum-norm least-squares solution (see
+        :func:`solve_cg` for ``"cg"``).
+    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg"}
+    sample_weight : ndarray of shape (n_samples,) or None
+        Non-negative weight of each sequence (of all its rows for ``"all"``).
+    tol, max_iter : float, int or None
+        Stopping rule of ``"cg"``.
+    memory_budget : int or None
+        For ``"auto"`` (:func:`choose_solver`).
 
     Returns
     -------
     solution : SpectralSolution
     stats : SufficientStatistics
+        With the Gram matrix for "eigh" and "cholesky"; counts, weights and
+        target moments only for the other solvers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._solvers import solve
+    >>> X = np.random.default_rng(0).normal(size=(30, 4, 2))
+    >>> Y = X[:, -1, :1] * (X[:, :, :1] ** 2).sum(axis=1)
+    >>> coefs = [solve(X, np.full(30, 4), Y, solver=s)[0].coef
+    ...          for s in ("eigh", "cholesky", "svd", "dual", "cg")]
+    >>> all(np.allclose(c, coefs[0], atol=1e-7) for c in coefs)
+    True
     """
+    check_readout(readout)
     d = X.shape[2]
     psi = n_attention_features(d)
-    n_rows = X.shape[0] if readout == "last" else int(lengths.sum())
-    solver = choose_solver(solver, n_rows, psi)
     d_out = None if Y is None else Y.shape[-1]
-    stats = SufficientStatistics(d, d_out)
-    if solver == "eigh":
-        stats.update(X, lengths, Y, readout=readout)
-        return solve_eigh(stats, alpha), stats
-    Phi, Y_rows = feature_rows(np.asarray(X, dtype=np.float64), lengths, Y, readout=readout)
-    stats.dtype = np.dtype(X.dtype)
-    stats.gram = Phi.T @ Phi
-    stats.n_rows, stats.n_samples = Phi.shape[0], X.shape[0]
-    if Y_rows is not None:
-        stats.moment = Phi.T @ Y_rows
-        stats.y_sum = Y_rows.sum(axis=0)
-        stats.y_sq = np.einsum("ra,ra->a", Y_rows, Y_rows)
-    return solve_svd(Phi, Y_rows, alpha, X.dtype), stats
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+    solver = choose_solver(solver, _n_rows(lengths, readout, sample_weight), psi,
+                           memory_budget=memory_budget)
+    if solver not in SOLVERS[1:]:
+        raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
+    if solver in STATISTICS_SOLVERS:
+        stats = SufficientStatistics(d, d_out)
+        stats.update(X, lengths, Y, readout=readout, sample_weight=sample_weight)
+        if stats.n_rows == 0:
+            raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
+        return solve_statistics(stats, alpha, solver), stats
+    stats = SufficientStatistics(d, d_out, gram=False)
+    stats.update(X, lengths, Y, readout=readout, sample_weight=sample_weight)
+    if stats.n_rows == 0:
+        raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
+    kwargs = dict(readout=readout, alpha=alpha, sample_weight=sample_weight, dtype=stats.dtype)
+    if solver == "svd":
+        solution = solve_svd(X, lengths, Y, **kwargs)
+    elif solver == "dual":
+        solution = solve_dual(X, lengths, Y, **kwargs)
+    else:
+        solution, setup = solve_cg(X, lengths, Y, tol=tol, max_iter=max_iter, **kwargs)
+    return solution, stats

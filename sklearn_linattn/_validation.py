@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_array
 __all__ = [
     "check_lengths",
     "check_readout",
+    "check_sample_weight",
     "check_sequences",
     "check_targets",
     "sequence_lengths",
@@ -563,3 +564,55 @@ def check_scalar(
     if not ok:
         raise ValueError(f"{name} must be {expected}; got {value!r}.")
     return int(value) if integer else float(value)
+
+
+def check_sample_weight(sample_weight, n_samples, *, name="sample_weight"):
+    """Validate per-sequence weights.
+
+    Parameters
+    ----------
+    sample_weight : array-like of shape (n_samples,), real number or None
+        Non-negative finite weight of each sequence; a number gives every
+        sequence that weight.
+    n_samples : int
+        Number of sequences.
+    name : str, default="sample_weight"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    sample_weight : ndarray of shape (n_samples,), float64, or None
+        A new array; None when None was given.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._validation import check_sample_weight
+    >>> check_sample_weight([1, 0, 2.5], 3)
+    array([1. , 0. , 2.5])
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, numbers.Real) and not isinstance(
+        sample_weight, (bool, np.bool_)
+    ):
+        sample_weight = np.full(n_samples, float(sample_weight))
+    try:
+        w = np.asarray(sample_weight)
+    except ValueError as exc:
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    if w.dtype.kind == "b" or w.dtype.kind not in "iuf":
+        raise TypeError(
+            f"{name} must hold real numbers, one per sequence; got {_describe(w)}."
+        )
+    if w.shape != (n_samples,):
+        raise ValueError(
+            f"{name} must have shape ({n_samples},), one weight per sequence of X; got "
+            f"shape {w.shape}."
+        )
+    w = w.astype(np.float64, copy=True)
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"{name} must be finite; got NaN or infinity.")
+    if np.any(w < 0):
+        i = int(np.flatnonzero(w < 0)[0])
+        raise ValueError(f"{name} must be non-negative; got {name}[{i}] = {w[i]!r}.")
+    return w

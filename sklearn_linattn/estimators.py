@@ -1,5 +1,6 @@
 """scikit-learn estimators: thin layers of validation over the math modules."""
 
+import itertools
 import numbers
 import time
 
@@ -9,11 +10,27 @@ from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from ._certificate import IdentifiabilityCertificate
-from ._features import attention_features, feature_names, n_attention_features
+from ._dask import is_dask_collection
+from ._features import (
+    attention_features,
+    feature_names,
+    features_matvec,
+    iter_sample_chunks,
+    n_attention_features,
+    row_factors,
+)
 from ._mhla import compress_heads, heads_from_coefficients, mhla_forward
-from ._solvers import SOLVERS, solve
+from ._solvers import (
+    SOLVERS,
+    STATISTICS_SOLVERS,
+    SufficientStatistics,
+    choose_solver,
+    solve,
+    solve_statistics,
+)
 from ._validation import (
     check_readout,
+    check_sample_weight,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -24,6 +41,14 @@ __all__ = [
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
 ]
+
+
+# Values of a NumPy X validated (and copied) at a time by fit and partial_fit
+# (2**21 float64 values, 16 MiB).
+_VALIDATION_CHUNK = 2**21
+# Dense psi x psi float64 arrays of a statistics fit (compact statistics,
+# Gram matrix, factor or eigenvectors, certificate), in bytes per psi**2.
+_STATISTICS_BYTES = 8 * 3.25
 
 
 def _sequence_tags(tags):
@@ -216,6 +241,95 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         return tags
 
 
+class _TrainingData:
+    """Training data, validated in chunks when X is a large array.
+
+    A large NumPy X (more than ``_VALIDATION_CHUNK`` values) is validated
+    and copied one chunk of sequences at a time, so that fitting it never
+    holds a second copy of it: the statistics solvers consume the chunks as
+    they come, and ``"cg"`` reads the caller's array directly (its padding is
+    ignored through the lengths).  Any other input (lists of sequences,
+    DataFrames, small arrays) is validated at once.  Error messages on a
+    chunk name it, e.g. ``X[4096:8192][3, 2] is partly NaN``.
+    """
+
+    def __init__(self, X, y, sample_weight, *, token_dim, readout, n_features=None):
+        self.token_dim, self.readout, self.n_features = token_dim, readout, n_features
+        self.chunked = (
+            isinstance(X, np.ndarray)
+            and X.ndim in (2, 3)
+            and X.dtype.kind in "fiu"
+            and X.size > _VALIDATION_CHUNK
+            and X.shape[0] > 1
+            and isinstance(y, np.ndarray)
+            and y.shape[:1] == X.shape[:1]
+        )
+        if self.chunked:
+            self.X, self.y = X, y
+            self.n_samples = X.shape[0]
+            self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
+        else:
+            Xv, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features)
+            Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout)
+            w = check_sample_weight(sample_weight, Xv.shape[0])
+            self._whole = (Xv, lengths, Y, single, w)
+            self.n_samples = Xv.shape[0]
+            self.sample_weight = w
+
+    def batches(self):
+        """Validated ``(X, lengths, Y, single_output, sample_weight)`` batches, in order."""
+        if not self.chunked:
+            yield self._whole
+            return
+        step = max(1, _VALIDATION_CHUNK // max(1, self.X[0].size))
+        for start in range(0, self.n_samples, step):
+            sl = slice(start, min(start + step, self.n_samples))
+            Xc, lc = check_sequences(
+                self.X[sl], token_dim=self.token_dim, n_features=self.n_features,
+                name=f"X[{sl.start}:{sl.stop}]",
+            )
+            Yc, single = check_targets(
+                self.y[sl], lc, Xc.shape[1], readout=self.readout,
+                name=f"y[{sl.start}:{sl.stop}]",
+            )
+            w = None if self.sample_weight is None else self.sample_weight[sl]
+            yield Xc, lc, Yc, single, w
+
+    def n_rows_bound(self, n_tokens):
+        """Number of feature rows (an upper bound for ``readout="all"`` on chunked data)."""
+        w = self.sample_weight
+        n = self.n_samples if w is None else int(np.count_nonzero(w > 0))
+        if self.readout == "last":
+            return n
+        if not self.chunked:
+            lengths = self._whole[1]
+            return int(lengths.sum() if w is None else lengths[w > 0].sum())
+        return n * n_tokens
+
+    def arrays(self, batches, *, copy):
+        """Whole-data arrays ``(X, lengths, Y, sample_weight)`` from the remaining batches.
+
+        ``copy=False`` returns the caller's array itself for chunked data (NaN
+        or anything at padded positions; the solver ignores it by length).
+        """
+        if not self.chunked:
+            Xv, lengths, Y, _, w = self._whole
+            return Xv, lengths, Y, w
+        # Keep only what is needed of each validated chunk: its copy of the
+        # sequences is dropped at once unless the solver needs them all.
+        parts = [(Xc if copy else None, lc, Yc) for Xc, lc, Yc, _, _ in batches]
+        lengths = np.concatenate([p[1] for p in parts])
+        Y = np.concatenate([p[2] for p in parts])
+        if copy:
+            X = np.concatenate([p[0] for p in parts])
+        else:
+            X = self.X
+            if X.ndim == 2:
+                d = 1 if self.token_dim is None else self.token_dim
+                X = X.reshape(X.shape[0], -1, d)
+        return X, lengths, Y, self.sample_weight
+
+
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     """One-layer multi-head linear attention fitted exactly by least squares.
 
@@ -234,25 +348,53 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         prefix), as in autoregressive training.
     alpha : float, default=0.0
         Ridge penalty on the coefficients.  0 gives the exact empirical risk
-        minimizer, the minimum-norm one when the features are rank-deficient.
+        minimizer, the minimum-norm one when the features are rank-deficient
+        (except with ``solver="cg"``, see there).
     n_heads : int or None, default=None
         None returns every head of the SVD.  An integer k compresses to at
         most k heads by alternating least squares started from the truncated
         SVD; a :class:`~sklearn.exceptions.ConvergenceWarning` says when k heads
         cannot reproduce the unconstrained optimum.
-    solver : {"auto", "eigh", "svd"}, default="auto"
-        ``"eigh"``: normal equations through an eigen-decomposition of
-        ``Phi^T Phi``, accumulated over chunks (memory O(psi^2)).  ``"svd"``:
-        SVD of the design matrix (more accurate, memory O(n_rows psi)).
-        ``"auto"`` uses ``"svd"`` when there are fewer feature rows than
-        features (and the design holds at most 2**24 values), ``"eigh"``
-        otherwise.
+    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg"}, default="auto"
+        With N feature rows, psi features and P = d (d + 1) / 2:
+
+        - ``"eigh"``: normal equations through an eigen-decomposition of
+          ``Phi^T W Phi``, accumulated over chunks of sequences (memory
+          O(chunk + psi^2)); the whole spectrum, O(psi^3) with a large
+          constant (about 5 times forming ``Phi^T Phi`` at d = 16, N = 20000).
+        - ``"cholesky"``: the same statistics, solved by a Cholesky factor;
+          the certificate's extreme eigenvalues come from Lanczos.  Hands over
+          to ``"eigh"`` when the Gram matrix is (nearly) singular, so the
+          result never differs from eigh's rule.
+        - ``"svd"``: SVD of the design matrix (the most accurate; memory
+          O(N psi)).
+        - ``"dual"``: the kernel form for N < psi: eigen-decomposition of the
+          N x N kernel matrix (O(N^2 d^2) to form), memory O(N^2 + N psi).
+        - ``"cg"``: matrix-free preconditioned conjugate gradients on the normal
+          equations; never forms ``Phi`` nor ``Phi^T Phi`` (each iteration
+          streams over the sequences, O(N n d^2 + N d^3); memory O(N n d + psi
+          + P^2)).  The certificate is matrix-free too (Lanczos and LOBPCG).
+          With ``alpha=0`` on a rank-deficient design the coefficients are a
+          least-squares solution of minimal preconditioned norm, not the
+          Euclidean minimum-norm one: same training fit, same predictions on
+          every input the certificate would cover.
+        - ``"auto"``: ``"cg"`` when the dense psi x psi arrays would take more
+          than half the physical memory; ``"svd"`` (or ``"dual"`` if the design
+          does not fit) for N < psi; otherwise ``"eigh"`` for psi <= 64 and
+          ``"cholesky"`` above.
+
+        ``partial_fit`` needs ``"auto"``, ``"eigh"`` or ``"cholesky"``.
     token_dim : int or None, default=None
         Token dimension for 2-D X (see :class:`LinearAttentionFeatures`).
     random_state : int, RandomState instance or None, default=None
         Seeds the random restarts of the head compression.
     verbose : int, default=0
         Print the time spent in each stage when positive.
+    tol : float, default=1e-8
+        ``solver="cg"`` stops when the residual of the normal equations is
+        below ``tol`` times their right-hand side ``Phi^T W y``.
+    max_iter : int or None, default=None
+        Iteration cap of ``solver="cg"``; None means 1000.
 
     Attributes
     ----------
@@ -273,18 +415,54 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Output dimension d_out.
     feature_rank_ : int
         Numerical rank of the feature Gram matrix (psi when the training data
-        identifies the function).
+        identifies the function).  With ``solver="cg"`` on a design that is
+        not identifiable only an upper bound (see ``certificate_.rank_is_bound``).
     certificate_ : IdentifiabilityCertificate
         Whether the training inputs identify the function (truthy iff every
         empirical risk minimizer computes the same function on every input),
-        computed from the fit's own eigen-decomposition: equal to
-        ``certify_identifiability(X, readout=readout, token_dim=token_dim)``.
-        With ``readout="all"`` it is about the prefix rows fitted.  Its
-        ``witness()`` starts from this fitted model.
+        computed from the fit's own spectrum: equal to
+        ``certify_identifiability(X, readout=readout, token_dim=token_dim,
+        sample_weight=sample_weight)``.  With ``readout="all"`` it is about
+        the prefix rows fitted; with sample weights about the rows of positive
+        weight.  Its ``witness()`` starts from this fitted model.  It holds
+        psi x rank eigenvectors (or, for ``"cholesky"``, the psi x psi
+        factor): 38 MB at d = 16.
+    solver_ : str
+        The solver that produced the fit (``"auto"`` resolved; ``"eigh"``
+        when ``"cholesky"`` handed over).
+    n_iter_ : int
+        Conjugate-gradient iterations of ``solver="cg"`` (1 for the direct
+        solvers: one solve).
 
     See Also
     --------
     LinearAttentionFeatures : the feature map on its own.
+
+    Notes
+    -----
+    **Sample weights** are per sequence: the fit minimises
+    ``sum_i w_i ||y_i - f(X_i)||^2 + alpha ||coef||^2`` (with ``readout="all"``,
+    ``w_i`` multiplies the error at every position of sequence i).  A weight of
+    2 is the same as the sequence appearing twice, a weight of 0 the same as
+    leaving it out.
+
+    **Streaming.** ``fit`` on a large array and ``partial_fit`` accumulate
+    the sufficient statistics ``Phi^T W Phi`` and ``Phi^T W y`` chunk by
+    chunk (memory O(chunk + psi^2): about 50 MB beyond X at d = 8, for a
+    million sequences as for a thousand); ``fit`` is one reset followed by a
+    pass over the chunks.
+
+    **Precision.** Float32 sequences stay float32 in memory (validation
+    copies them as float32, and ``"cg"`` reads them in place); the features
+    of each chunk and all statistics are computed in float64.  Forming them
+    in float32 would perturb the Gram matrix by about ``eps32 * lambda_max``
+    (1e-7 relative), far above the certificate's float32 threshold
+    ``psi * eps32**2 * lambda_max`` and enough to lose every digit of
+    coefficients whose Gram matrix has a condition number above 1e7.
+
+    **Threads.** The work is BLAS-shaped (GEMMs over chunks of rows); control
+    its threads with ``threadpoolctl.threadpool_limits``.  Results with 1 and
+    2 threads agree to rounding.
 
     References
     ----------
@@ -318,6 +496,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         token_dim=None,
         random_state=None,
         verbose=0,
+        tol=1e-8,
+        max_iter=None,
     ):
         self.readout = readout
         self.alpha = alpha
@@ -326,6 +506,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.token_dim = token_dim
         self.random_state = random_state
         self.verbose = verbose
+        self.tol = tol
+        self.max_iter = max_iter
 
     def _check_params(self):
         check_readout(self.readout)
@@ -349,44 +531,308 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 raise ValueError(
                     f"n_heads must be None or a positive integer; got {self.n_heads}."
                 )
-        if self.solver not in SOLVERS:
+        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
+        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real):
+            raise TypeError(f"tol must be a positive real number; got {self.tol!r}.")
+        if not np.isfinite(self.tol) or self.tol <= 0:
+            raise ValueError(f"tol must be a finite positive number; got {self.tol!r}.")
+        if self.max_iter is not None:
+            if isinstance(self.max_iter, bool) or not isinstance(
+                self.max_iter, numbers.Integral
+            ):
+                raise TypeError(
+                    f"max_iter must be None or a positive integer; got {self.max_iter!r}."
+                )
+            if self.max_iter < 1:
+                raise ValueError(
+                    f"max_iter must be None or a positive integer; got {self.max_iter}."
+                )
 
     def _log(self, message, start):
         if self.verbose:
             print(f"[LinearAttentionRegressor] {message} ({time.perf_counter() - start:.3f} s)")
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the global least-squares optimum and convert it into heads.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Training sequences; trailing all-NaN tokens are padding.
+            Training sequences; trailing all-NaN tokens are padding.  A dask
+            array is reduced to sufficient statistics block by block where it
+            lives (needs ``solver`` "auto", "eigh" or "cholesky").
         y : array-like
             ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
             ``readout="all"``: shape (n_samples, n_tokens) or
             (n_samples, n_tokens, d_out), NaN at padded positions.
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Non-negative weight of each sequence (of each of its positions for
+            ``readout="all"``); see Notes of the class.
 
         Returns
         -------
         self : LinearAttentionRegressor
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> X = np.random.default_rng(0).normal(size=(60, 4, 2))
+        >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
+        >>> w = np.r_[np.zeros(10), np.ones(50)]  # the first ten sequences do not count
+        >>> model = LinearAttentionRegressor().fit(X, y, sample_weight=w)
+        >>> model.certificate_.n_samples, bool(np.allclose(model.predict(X), y))
+        (50, True)
         """
         self._check_params()
         start = time.perf_counter()
-        X, lengths = check_sequences(X, token_dim=self.token_dim)
-        Y, single = check_targets(y, lengths, X.shape[1], readout=self.readout)
-        d = X.shape[2]
-        solution, stats = solve(
-            X, lengths, Y, readout=self.readout, alpha=float(self.alpha), solver=self.solver
+        if is_dask_collection(X) or is_dask_collection(y):
+            self._stats = None
+            stats, n_tokens, single = self._dask_statistics(X, y, sample_weight)
+            return self._fit_statistics(stats, n_tokens=n_tokens, single_output=single)
+        data = _TrainingData(
+            X, y, sample_weight, token_dim=self.token_dim, readout=self.readout
         )
-        self._log(f"least squares on {n_attention_features(d)} features", start)
+        batches = data.batches()
+        first = next(batches)
+        d, d_out, n_tokens = first[0].shape[2], first[2].shape[-1], first[0].shape[1]
+        psi = n_attention_features(d)
+        solver = choose_solver(self.solver, data.n_rows_bound(n_tokens), psi)
+        self._stats = None
+        if solver in STATISTICS_SOLVERS:
+            stats = SufficientStatistics(d, d_out)
+            for Xc, lc, Yc, _, wc in itertools.chain([first], batches):
+                stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
+            self._log(f"statistics of {stats.n_rows} feature rows", start)
+            self._fit_from_statistics(stats, solver, single_output=first[3], start=start)
+            return self
+        Xa, lengths, Y, w = data.arrays(itertools.chain([first], batches),
+                                        copy=solver != "cg")
+        solution, stats = solve(
+            Xa, lengths, Y, readout=self.readout, alpha=float(self.alpha), solver=solver,
+            sample_weight=w, tol=float(self.tol), max_iter=self.max_iter,
+        )
+        self._set_solution(solution, stats, single_output=first[3],
+                           n_tokens=Xa.shape[1], start=start)
+        return self
+
+    def partial_fit(self, X, y, sample_weight=None):
+        """Add a batch of sequences to the fit (incremental sufficient statistics).
+
+        The statistics ``Phi^T W Phi`` and ``Phi^T W y`` of all batches seen
+        so far (since the last ``fit``, or continuing a ``fit`` made with
+        ``"eigh"``/``"cholesky"``) are summed, and ``coef_``, the heads and
+        ``certificate_`` are recomputed from them after every call: the model
+        after k calls equals ``fit`` on the k batches together.  Each call
+        therefore costs one solve of the psi x psi normal equations plus, when
+        ``n_heads`` is set, a head compression; for many small batches keep
+        ``n_heads=None`` and compress once at the end
+        (:func:`~sklearn_linattn.compress_heads` on ``coef_``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of this batch; any length, but the same token dimension
+            d in every call.
+        y : array-like
+            Targets shaped as in :meth:`fit`, with the same number of outputs
+            in every call.
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Non-negative weight of each sequence.
+
+        Returns
+        -------
+        self : LinearAttentionRegressor
+
+        Raises
+        ------
+        ValueError
+            If ``solver`` is ``"svd"``, ``"dual"`` or ``"cg"`` (they keep no
+            statistics), if d or the number of outputs differs from the first
+            call, or if ``readout`` changed since the first call.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> X = np.random.default_rng(0).normal(size=(60, 4, 2))
+        >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
+        >>> model = LinearAttentionRegressor()
+        >>> for batch in np.array_split(np.arange(60), 3):
+        ...     model = model.partial_fit(X[batch], y[batch])
+        >>> whole = LinearAttentionRegressor().fit(X, y)
+        >>> bool(np.allclose(model.coef_, whole.coef_))
+        True
+        """
+        self._check_params()
+        start = time.perf_counter()
+        if self.solver not in ("auto",) + STATISTICS_SOLVERS:
+            raise ValueError(
+                f"partial_fit needs solver in {('auto',) + STATISTICS_SOLVERS}, which "
+                f"accumulate the psi x psi sufficient statistics; got solver={self.solver!r}."
+            )
+        previous = getattr(self, "_stats", None)
+        if previous is None and hasattr(self, "coef_"):
+            raise ValueError(
+                f"partial_fit cannot continue a fit made with solver={self.solver_!r}, "
+                "which keeps no sufficient statistics; call fit again, or fit with "
+                "partial_fit from the start (or with solver='eigh' or 'cholesky')."
+            )
+        if previous is not None and previous.readout != self.readout:
+            raise ValueError(
+                f"readout must stay {previous.readout!r} between calls to partial_fit; "
+                f"got readout={self.readout!r}. Call fit to start afresh."
+            )
+        n_features = None if previous is None else previous.d
+        if is_dask_collection(X) or is_dask_collection(y):
+            stats, n_tokens, single = self._dask_statistics(X, y, sample_weight, n_features)
+            if previous is not None and stats.d_out != previous.d_out:
+                raise ValueError(
+                    f"y has {stats.d_out} output(s), but partial_fit was started with "
+                    f"d_out={previous.d_out}."
+                )
+            if previous is not None:
+                stats = previous.merge(stats)
+                single = self._single_output
+            return self._fit_statistics(stats, single_output=single)
+        data = _TrainingData(
+            X, y, sample_weight, token_dim=self.token_dim, readout=self.readout,
+            n_features=n_features,
+        )
+        batches = data.batches()
+        first = next(batches)
+        d, d_out = first[0].shape[2], first[2].shape[-1]
+        if previous is not None and d_out != previous.d_out:
+            raise ValueError(
+                f"y has {d_out} output(s), but partial_fit was started with "
+                f"d_out={previous.d_out}."
+            )
+        if previous is None:
+            psi = n_attention_features(d)
+            need = _STATISTICS_BYTES * psi * psi
+            if choose_solver("auto", psi, psi) == "cg":
+                raise ValueError(
+                    f"partial_fit keeps psi x psi statistics (psi = {psi} at d = {d}), about "
+                    f"{need / 2**30:.3g} GiB with the solve, more than half the physical "
+                    "memory; use fit with solver='cg'."
+                )
+        # Accumulate this call's batch separately, so that an invalid chunk
+        # leaves the model as it was.
+        stats = SufficientStatistics(d, d_out)
+        for Xc, lc, Yc, _, wc in itertools.chain([first], batches):
+            stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
+        if previous is not None:
+            stats = previous.merge(stats)
+        single = first[3] if previous is None else self._single_output
+        solver = self.solver if self.solver != "auto" else choose_solver(
+            "auto", stats.n_rows, stats.n_features, statistics=True
+        )
+        self._log(f"statistics of {stats.n_rows} feature rows", start)
+        self._fit_from_statistics(stats, solver, single_output=single, start=start)
+        return self
+
+    def _dask_statistics(self, X, y, sample_weight, n_features=None):
+        """Statistics of dask input, block by block on the workers (see ``_dask``)."""
+        if self.solver not in ("auto",) + STATISTICS_SOLVERS:
+            raise ValueError(
+                f"dask input is reduced to sufficient statistics on the workers, which "
+                f"needs solver in {('auto',) + STATISTICS_SOLVERS}; got "
+                f"solver={self.solver!r}."
+            )
+        from ._dask import dask_sufficient_statistics
+
+        return dask_sufficient_statistics(
+            X, y, readout=self.readout, token_dim=self.token_dim,
+            sample_weight=sample_weight, n_features=n_features,
+        )
+
+    def _fit_statistics(self, stats, *, n_tokens=None, single_output=False):
+        """Finish a fit from sufficient statistics accumulated elsewhere.
+
+        The entry point for statistics computed outside the estimator, e.g.
+        with :meth:`SufficientStatistics.update` on blocks of a distributed
+        array and combined with :meth:`SufficientStatistics.merge`.  The
+        result is that of :meth:`fit` on all the blocks' sequences; a later
+        :meth:`partial_fit` adds to ``stats`` (in place).
+
+        Parameters
+        ----------
+        stats : sklearn_linattn._solvers.SufficientStatistics
+            With targets (``d_out`` set), the Gram matrix, the estimator's
+            readout and at least one row of positive weight.
+        n_tokens : int or None, default=None
+            Length of the certificate's witness input; None uses the longest
+            padded length seen by ``stats``.
+        single_output : bool, default=False
+            Whether ``predict`` drops the output axis (targets were 1-D).
+
+        Returns
+        -------
+        self : LinearAttentionRegressor
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> from sklearn_linattn._solvers import SufficientStatistics
+        >>> X = np.random.default_rng(0).normal(size=(60, 4, 2))
+        >>> Y = (X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1))[:, None]
+        >>> blocks = [SufficientStatistics(2, 1).update(X[i::3], np.full(20, 4), Y[i::3])
+        ...           for i in range(3)]
+        >>> stats = blocks[0].merge(blocks[1]).merge(blocks[2])
+        >>> model = LinearAttentionRegressor()._fit_statistics(stats, single_output=True)
+        >>> bool(np.allclose(model.predict(X), Y[:, 0]))
+        True
+        """
+        self._check_params()
+        if not isinstance(stats, SufficientStatistics):
+            raise TypeError(
+                f"stats must be a SufficientStatistics; got {type(stats).__name__}."
+            )
+        if stats.d_out is None:
+            raise ValueError("stats must hold targets (created with d_out set).")
+        if stats.readout is not None and stats.readout != self.readout:
+            raise ValueError(
+                f"stats were accumulated with readout={stats.readout!r}, but this "
+                f"estimator has readout={self.readout!r}."
+            )
+        if self.solver not in ("auto",) + STATISTICS_SOLVERS:
+            raise ValueError(
+                f"solver must be one of {('auto',) + STATISTICS_SOLVERS} to fit from "
+                f"sufficient statistics; got solver={self.solver!r}."
+            )
+        solver = self.solver if self.solver != "auto" else choose_solver(
+            "auto", stats.n_rows, stats.n_features, statistics=True
+        )
+        self._fit_from_statistics(stats, solver, single_output=bool(single_output),
+                                  n_tokens=n_tokens)
+        return self
+
+    def _fit_from_statistics(self, stats, solver, *, single_output, n_tokens=None,
+                             start=None):
+        start = time.perf_counter() if start is None else start
+        if stats.n_rows == 0:
+            raise ValueError(
+                "every sequence has zero sample weight: there is nothing to fit."
+            )
+        solution = solve_statistics(stats, float(self.alpha), solver)
+        self._stats = stats
+        self._set_solution(solution, stats, single_output=single_output,
+                           n_tokens=n_tokens or stats.n_tokens, start=start)
+
+    def _set_solution(self, solution, stats, *, single_output, n_tokens, start):
+        d = stats.d
+        self._log(f"least squares on {n_attention_features(d)} features "
+                  f"(solver={solution.method!r})", start)
         self.coef_ = solution.coef
         self.feature_rank_ = solution.rank
+        self.solver_ = solution.method
+        self.n_iter_ = max(1, int(solution.n_iter))
         # Same spectrum, same tolerance: no second pass over the data.
         self.certificate_ = IdentifiabilityCertificate._from_solution(
             solution, stats, readout=self.readout, token_dim=self.token_dim,
-            n_tokens=X.shape[1], coef=solution.coef,
+            n_tokens=n_tokens, coef=solution.coef,
         )
         V, Q = heads_from_coefficients(self.coef_, d)
         self._log(f"{V.shape[0]} heads from the SVD", start)
@@ -404,15 +850,16 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.key_query_matrices_ = Q
         self.n_heads_ = V.shape[0]
         self.n_features_in_ = d
-        self.n_outputs_ = Y.shape[-1]
-        self._single_output = single
-        return self
+        self.n_outputs_ = stats.d_out
+        self._single_output = bool(single_output)
 
     def predict_from_coefficients(self, X):
         """Predict with ``coef_`` on the cubic features instead of the heads.
 
         Equal to :meth:`predict` to rounding when ``n_heads`` is None; after a
-        compression the difference is the compression residual.
+        compression the difference is the compression residual.  Computed from
+        the two factors of the features chunk by chunk (the feature rows are
+        never formed).
 
         Parameters
         ----------
@@ -422,14 +869,24 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         -------
         y : ndarray, shaped as for :meth:`predict`
         """
-        from ._features import prefix_features
-
         X, lengths = self._validate_X(X)
-        X = np.asarray(X, dtype=np.float64)
+        n_samples, n_tokens, d = X.shape
+        P = d * (d + 1) // 2
+        k = self.coef_.shape[0]
+        real = np.arange(n_tokens)[None, :] < lengths[:, None]
         if self.readout == "last":
-            Y = attention_features(X, lengths) @ self.coef_.T
+            Y = np.empty((n_samples, k))
         else:
-            Y = prefix_features(X, lengths) @ self.coef_.T
-            Y[np.arange(X.shape[1])[None, :] >= lengths[:, None]] = np.nan
+            Y = np.full((n_samples, n_tokens, k), np.nan)
+        rows = 1 if self.readout == "last" else n_tokens
+        per_sample = n_tokens * d + rows * (P * (k + 2) + d) + n_tokens * P
+        for sl in iter_sample_chunks(n_samples, per_sample):
+            S, x, _ = row_factors(np.asarray(X[sl], dtype=np.float64), lengths[sl],
+                                  self.readout)
+            out = features_matvec(S, x, self.coef_)
+            if self.readout == "last":
+                Y[sl] = out
+            else:
+                Y[sl][real[sl]] = out
         return self._shape_output(Y)
 

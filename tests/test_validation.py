@@ -340,7 +340,8 @@ BAD_PARAMS = [
     ({"n_heads": "2"}, TypeError, r"n_heads must be None or a positive integer; got '2'"),
     ({"n_heads": True}, TypeError, r"n_heads must be None or a positive integer; got True"),
     ({"solver": "lsqr"}, ValueError,
-     r"solver must be one of \('auto', 'eigh', 'svd'\); got 'lsqr'"),
+     r"solver must be one of \('auto', 'eigh', 'cholesky', 'svd', 'dual', 'cg'\); "
+     r"got 'lsqr'"),
     ({"solver": "SVD"}, ValueError, r"solver must be one of .*; got 'SVD'"),
     ({"solver": None}, ValueError, r"solver must be one of .*; got None"),
     ({"token_dim": 0}, ValueError, r"token_dim must be a positive integer; got 0"),

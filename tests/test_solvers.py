@@ -1,0 +1,483 @@
+"""Every solver against the loop reference fit: coefficients, spectrum, certificate.
+
+The reference is least squares on the features of tests/reference.py (plain
+Python loops): ``numpy.linalg.lstsq`` (minimum norm) for ``alpha = 0`` and the
+ridge normal equations for ``alpha > 0``, with weights applied as
+``sqrt(w)`` row scaling.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.linear_model import Ridge
+from threadpoolctl import threadpool_limits
+
+from reference import ref_features, ref_prefix_features
+from sklearn_linattn import (
+    LinearAttentionRegressor,
+    attention_coefficients,
+    certify_identifiability,
+    mhla_forward,
+)
+from sklearn_linattn._features import features_matvec, features_rmatvec, row_factors
+from sklearn_linattn._solvers import (
+    SOLVERS,
+    SufficientStatistics,
+    choose_solver,
+    default_memory_budget,
+    solve,
+    solve_statistics,
+)
+from sklearn_linattn.testing import rank_deficient_datasets, realizable_datasets
+
+DIRECT = ["eigh", "cholesky", "svd", "dual"]
+ALL = DIRECT + ["cg"]
+CG = dict(tol=1e-13, max_iter=5000)  # cg to rounding, for comparisons with the reference
+
+
+def _data(rng, n_samples, n_tokens, d, *, readout="last", d_out=1, min_len=2):
+    """NaN-padded Gaussian sequences with random targets (shape per readout)."""
+    X = rng.normal(size=(n_samples, n_tokens, d))
+    lengths = rng.integers(min_len, n_tokens + 1, size=n_samples)
+    X[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
+    if readout == "last":
+        y = rng.normal(size=(n_samples, d_out))
+    else:
+        y = rng.normal(size=(n_samples, n_tokens, d_out))
+        y[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
+    return X, lengths, y
+
+
+def _reference_rows(X, lengths, y, readout, sample_weight=None):
+    """Design rows, targets and row weights from the loop reference."""
+    if readout == "last":
+        Phi, Y = ref_features(X, lengths), y
+        w = sample_weight
+    else:
+        real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+        Phi, Y = ref_prefix_features(X, lengths)[real], y[real]
+        w = None if sample_weight is None else np.broadcast_to(
+            sample_weight[:, None], real.shape)[real]
+    return Phi, Y, w
+
+
+def _reference_fit(X, lengths, y, readout, alpha=0.0, sample_weight=None):
+    Phi, Y, w = _reference_rows(X, lengths, y, readout, sample_weight)
+    if w is not None:
+        keep = w > 0
+        Phi, Y, w = Phi[keep], Y[keep], w[keep]
+        Phi, Y = Phi * np.sqrt(w)[:, None], Y * np.sqrt(w)[:, None]
+    if alpha == 0:
+        coef = np.linalg.lstsq(Phi, Y, rcond=None)[0]
+    else:
+        coef = np.linalg.solve(Phi.T @ Phi + alpha * np.eye(Phi.shape[1]), Phi.T @ Y)
+    return coef.T, Phi
+
+
+def _fit(solver, X, y, **params):
+    kwargs = CG if solver == "cg" else {}
+    return LinearAttentionRegressor(solver=solver, **kwargs, **params).fit(X, y)
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+# --------------------------------------------------------------------------
+# Agreement with the reference fit
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("solver", ALL)
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+@pytest.mark.parametrize("shape", ["tall", "wide"])
+def test_every_solver_matches_the_reference(solver, readout, alpha, shape):
+    rng = np.random.default_rng([ALL.index(solver), len(readout), int(alpha * 2),
+                                 len(shape)])
+    d = 4  # psi = 40
+    n_samples = 70 if shape == "tall" else (25 if readout == "last" else 5)
+    X, lengths, y = _data(rng, n_samples, 6, d, readout=readout, d_out=2)
+    ref, Phi = _reference_fit(X, lengths, y, readout, alpha)
+    model = _fit(solver, X, y, readout=readout, alpha=alpha)
+    assert model.solver_ == ("eigh" if solver == "cholesky" and shape == "wide" else solver)
+    rank = np.linalg.matrix_rank(Phi)
+    assert model.feature_rank_ == rank or (model.certificate_.rank_is_bound
+                                           and model.feature_rank_ >= rank)
+    fitted = Phi @ model.coef_.T
+    assert _rel(fitted, Phi @ ref.T) <= 1e-9
+    if solver == "cg" and alpha == 0 and rank < Phi.shape[1]:
+        # Not the minimum-norm solution: the difference lies in the null space.
+        assert np.linalg.norm(Phi @ (model.coef_ - ref).T) <= 1e-9 * np.linalg.norm(fitted)
+    else:
+        assert _rel(model.coef_, ref) <= 1e-8
+    # predict goes through the heads: same function.
+    pred = model.predict(X)
+    expect = model.predict_from_coefficients(X)
+    np.testing.assert_allclose(pred, expect, rtol=1e-8, atol=1e-8 * np.nanmax(np.abs(expect)))
+
+
+@given(
+    rank_deficient_datasets(d=st.integers(2, 3), max_samples=30),
+    st.sampled_from(["last", "all"]),
+    st.sampled_from(DIRECT),
+)
+@settings(max_examples=15)
+def test_rank_deficient_minimum_norm(data, readout, solver):
+    X, rank, _ = data
+    lengths = np.sum(~np.isnan(X[..., 0]), axis=1)
+    rng = np.random.default_rng(int(lengths.sum()))
+    n_tokens = X.shape[1]
+    y = rng.normal(size=(X.shape[0],)) if readout == "last" else rng.normal(
+        size=(X.shape[0], n_tokens))
+    if readout == "all":
+        y[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
+    ref, Phi = _reference_fit(X, lengths, y[..., None], readout)
+    model = _fit(solver, X, y, readout=readout)
+    assert model.feature_rank_ == rank and not model.certificate_
+    assert _rel(model.coef_, ref) <= 1e-7
+
+
+@given(
+    realizable_datasets(d=st.integers(1, 3), readout=st.sampled_from(["last", "all"]),
+                        min_samples=30, max_samples=40, min_length=3,
+                        dtype=st.sampled_from([np.float64, np.float32]),
+                        scale=st.sampled_from([1e-2, 1.0, 1e2])),
+    st.sampled_from(ALL),
+)
+@settings(max_examples=20)
+def test_every_solver_reproduces_realizable_targets(data, solver):
+    X, y, V, Q = data
+    readout = "last" if y.ndim == 2 else "all"
+    model = _fit(solver, X, y, readout=readout)
+    pred = model.predict(X)
+    real = ~np.isnan(y)
+    # Exact data: every minimizer fits it to rounding, identifiable or not.
+    assert np.abs(pred[real] - y[real]).max() <= 1e-7 * np.nanmax(np.abs(y)) + 1e-300
+    if model.certificate_:
+        # Identified: the generator itself, on every input.
+        np.testing.assert_allclose(model.coef_, attention_coefficients(V, Q), rtol=1e-6,
+                                   atol=1e-6 * np.abs(model.coef_).max())
+
+
+def test_ridge_with_weights_matches_sklearn_ridge():
+    rng = np.random.default_rng(1)
+    X, lengths, y = _data(rng, 60, 5, 3, d_out=2)
+    w = rng.uniform(0, 3, size=60)
+    w[:5] = 0.0
+    H = ref_features(X, lengths)
+    expected = Ridge(alpha=0.7, fit_intercept=False, solver="svd").fit(H, y, sample_weight=w)
+    for solver in ALL:
+        kwargs = CG if solver == "cg" else {}
+        model = LinearAttentionRegressor(solver=solver, alpha=0.7, **kwargs)
+        model.fit(X, y, sample_weight=w)
+        np.testing.assert_allclose(model.coef_, expected.coef_, rtol=1e-8, atol=1e-10)
+
+
+# --------------------------------------------------------------------------
+# Sample weights: 2 = duplicate, 0 = drop
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("solver", ALL)
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_weights_duplicate_and_drop(solver, readout):
+    rng = np.random.default_rng(2)
+    X, lengths, y = _data(rng, 40, 5, 3, readout=readout)
+    w = rng.integers(0, 3, size=40).astype(float)
+    w[:3] = [0.0, 2.0, 1.0]
+    repeat = np.repeat(np.arange(40), w.astype(int))
+    kwargs = CG if solver == "cg" else {}
+    weighted = LinearAttentionRegressor(solver=solver, readout=readout, **kwargs)
+    weighted.fit(X, y, sample_weight=w)
+    repeated = _fit(solver, X[repeat], y[repeat], readout=readout)
+    np.testing.assert_allclose(weighted.coef_, repeated.coef_, rtol=1e-8, atol=1e-10)
+    a, b = weighted.certificate_, repeated.certificate_
+    assert bool(a) == bool(b) and a.rank == b.rank
+    assert a.min_eigenvalue == pytest.approx(b.min_eigenvalue, rel=1e-6)
+    assert a.max_eigenvalue == pytest.approx(b.max_eigenvalue, rel=1e-8)
+    assert a.weight_sum == pytest.approx(b.weight_sum) == pytest.approx(b.n_rows)
+    # Zero-weight sequences do not count: neither in rows nor in samples.
+    kept = w > 0
+    assert a.n_samples == int(kept.sum())
+    rows = lengths if readout == "all" else np.ones_like(lengths)
+    assert a.n_rows == int(rows[kept].sum())
+    # The standalone certificate with the same weights is the regressor's.
+    standalone = certify_identifiability(X, readout=readout, sample_weight=w, solver=solver)
+    assert standalone.min_eigenvalue == pytest.approx(a.min_eigenvalue, rel=1e-6)
+    assert standalone.rank == a.rank
+
+
+def test_zero_weights_on_a_rank_deficient_design_cover_the_kept_inputs():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(30, 5, 3))
+    X[:, :, 2] = 0.0  # third coordinate unused: not identifiable
+    y = rng.normal(size=30)
+    w = np.r_[np.full(10, 0.25), np.full(20, 4.0)]
+    model = LinearAttentionRegressor(solver="eigh").fit(X, y, sample_weight=w)
+    cert = model.certificate_
+    assert not cert and cert.covers(X).all()
+    witness = cert.witness(random_state=0)
+    (Va, Qa), (Vb, Qb) = witness.model_a, witness.model_b
+    fa, fb = mhla_forward(X, Va, Qa), mhla_forward(X, Vb, Qb)
+    assert np.max(np.abs(fa - fb)) <= 1e-9 * np.max(np.abs(fa))
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (np.ones(7), ValueError, r"sample_weight must have shape \(8,\)"),
+    (-np.ones(8), ValueError, r"sample_weight must be non-negative; got sample_weight\[0\]"),
+    (np.full(8, np.nan), ValueError, "sample_weight must be finite"),
+    (np.array(["a"] * 8), TypeError, "sample_weight must hold real numbers"),
+    (np.zeros(8), ValueError, "every sequence has zero sample weight"),
+])
+def test_sample_weight_errors(bad, error, match):
+    X = np.random.default_rng(0).normal(size=(8, 3, 2))
+    with pytest.raises(error, match=match):
+        LinearAttentionRegressor().fit(X, X[:, 0, 0], sample_weight=bad)
+
+
+# --------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_statistics_equal_the_reference_gram_and_moment(readout):
+    rng = np.random.default_rng(4)
+    X, lengths, y = _data(rng, 30, 5, 3, readout=readout, d_out=2)
+    w = rng.uniform(0, 2, size=30)
+    Xz = np.where(np.isnan(X), 0.0, X)
+    Yz = np.where(np.isnan(y), 0.0, y)
+    stats = SufficientStatistics(3, 2).update(Xz, lengths, Yz, readout=readout,
+                                              sample_weight=w)
+    Phi, Y, wr = _reference_rows(X, lengths, y, readout, w)
+    np.testing.assert_allclose(stats.gram, Phi.T @ (wr[:, None] * Phi), rtol=1e-12,
+                               atol=1e-12 * np.abs(Phi).max() ** 2)
+    np.testing.assert_allclose(stats.moment, Phi.T @ (wr[:, None] * Y), rtol=1e-12,
+                               atol=1e-12 * np.abs(Phi).max() * np.abs(Y).max())
+    assert stats.trace == pytest.approx(np.trace(stats.gram), rel=1e-12)
+    assert stats.weight_sum == pytest.approx(wr.sum())
+    np.testing.assert_allclose(stats.y_sum, (wr[:, None] * Y).sum(axis=0), rtol=1e-12)
+    # The setter stores the distinct entries of a Gram matrix back.
+    copy = SufficientStatistics(3, 2)
+    copy.gram = stats.gram + stats.gram
+    np.testing.assert_allclose(copy.gram, 2 * stats.gram, rtol=1e-15)
+
+
+def test_factor_products_match_the_reference_rows():
+    rng = np.random.default_rng(5)
+    X, lengths, _ = _data(rng, 7, 5, 3)
+    Xz = np.where(np.isnan(X), 0.0, X)
+    for readout in ["last", "all"]:
+        S, x, sample = row_factors(Xz, lengths, readout)
+        Phi, _, _ = _reference_rows(X, lengths, np.zeros((7, 5, 1)), readout)
+        coef = rng.normal(size=(3, Phi.shape[1]))
+        R = rng.normal(size=(Phi.shape[0], 3))
+        np.testing.assert_allclose(features_matvec(S, x, coef), Phi @ coef.T, rtol=1e-12,
+                                   atol=1e-12)
+        np.testing.assert_allclose(features_rmatvec(S, x, R), (Phi.T @ R).T, rtol=1e-12,
+                                   atol=1e-12)
+        assert sample.shape == (Phi.shape[0],)
+
+
+def test_solve_statistics_equals_solve():
+    rng = np.random.default_rng(6)
+    X, lengths, y = _data(rng, 200, 6, 5)  # psi = 75: "auto" -> cholesky
+    Xz = np.where(np.isnan(X), 0.0, X)
+    stats = SufficientStatistics(5, 1).update(Xz, lengths, y)
+    for solver in ["eigh", "cholesky", "auto"]:
+        a = solve_statistics(stats, 0.1, solver)
+        b, _ = solve(Xz, lengths, y, alpha=0.1, solver="svd")
+        np.testing.assert_allclose(a.coef, b.coef, rtol=1e-9)
+        assert a.method == ("cholesky" if solver != "eigh" else "eigh")
+
+
+def test_statistics_argument_errors():
+    stats = SufficientStatistics(2, 1)
+    X = np.zeros((3, 4, 2))
+    with pytest.raises(ValueError, match="Y must be given exactly when"):
+        stats.update(X, np.full(3, 4))
+    with pytest.raises(ValueError, match=r"X must be a zero-padded array of shape "
+                                         r"\(n_samples, n_tokens, 2\)"):
+        stats.update(np.zeros((3, 4, 3)), np.full(3, 4), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match=r"Y must have shape \(3, 1\)"):
+        stats.update(X, np.full(3, 4), np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="lengths must lie between 1 and n_tokens=4"):
+        stats.update(X, np.array([1, 5, 2]), np.zeros((3, 1)))
+    stats.update(X + 1.0, np.full(3, 4), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="readout must stay 'last'"):
+        stats.update(X, np.full(3, 4), np.zeros((3, 4, 1)), readout="all")
+    with pytest.raises(ValueError, match="cannot merge statistics of d=3"):
+        stats.merge(SufficientStatistics(3, 1))
+    with pytest.raises(ValueError, match="readout='all'"):
+        stats.merge(SufficientStatistics(2, 1).update(X, np.full(3, 4), np.zeros((3, 4, 1)),
+                                                      readout="all"))
+    with pytest.raises(TypeError, match="other must be a SufficientStatistics"):
+        stats.merge("stats")
+    with pytest.raises(ValueError, match=r"needs the sequences themselves"):
+        solve_statistics(stats, solver="cg")
+    with pytest.raises(ValueError, match="stats hold no feature row"):
+        solve_statistics(SufficientStatistics(2, 1))
+    with pytest.raises(ValueError, match="without the Gram matrix"):
+        SufficientStatistics(2, gram=False).gram
+
+
+# --------------------------------------------------------------------------
+# "auto" and the certificate of each solver
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_rows, psi, budget, expected", [
+    (20000, 2176, 2**33, "cholesky"),     # tall, Gram of 38 MB fits
+    (20000, 40, 2**33, "eigh"),           # tall and tiny: whole spectrum
+    (150000, 133120, 2**32, "cg"),        # d = 64: dense would need 142 GB per matrix
+    (20000, 2176, 2**26, "cg"),           # 64 MB budget: the dense arrays do not fit
+    (100, 2176, 2**33, "svd"),            # wide, the design fits
+    (1000, 16896, 2 * 10**8, "dual"),     # wide: design (2 x 135 MB) too big, kernel fits
+    (30000, 133120, 2**33, "cg"),         # wide, neither fits
+])
+def test_auto_choice(n_rows, psi, budget, expected):
+    assert choose_solver("auto", n_rows, psi, memory_budget=budget) == expected
+    assert choose_solver("svd", n_rows, psi, memory_budget=budget) == "svd"
+
+
+def test_auto_statistics_choice_and_default_budget():
+    assert choose_solver("auto", 10, 2176, statistics=True) == "cholesky"
+    assert choose_solver("auto", 10, 40, statistics=True) == "eigh"
+    budget = default_memory_budget()
+    assert isinstance(budget, int) and budget > 0
+    assert SOLVERS == ("auto", "eigh", "cholesky", "svd", "dual", "cg")
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_cholesky_certificate_equals_eigh(readout):
+    rng = np.random.default_rng(7)
+    X, lengths, y = _data(rng, 120 if readout == "last" else 30, 6, 5, readout=readout)
+    chol = LinearAttentionRegressor(readout=readout, solver="cholesky").fit(X, y)
+    eigh = LinearAttentionRegressor(readout=readout, solver="eigh").fit(X, y)
+    a, b = chol.certificate_, eigh.certificate_
+    assert chol.solver_ == "cholesky" and a.method == "cholesky" and a
+    assert a.min_eigenvalue == pytest.approx(b.min_eigenvalue, rel=1e-9)
+    assert a.max_eigenvalue == pytest.approx(b.max_eigenvalue, rel=1e-9)
+    assert (a.rank, a.tol) == (b.rank, pytest.approx(b.tol, rel=1e-9))
+    np.testing.assert_allclose(a.eigenvalues, b.eigenvalues, rtol=1e-8,
+                               atol=1e-12 * b.max_eigenvalue)  # computed on access
+    Z = rng.normal(size=(4, 9, 5))
+    np.testing.assert_allclose(a.error_bound(Z, 1e-3), b.error_bound(Z, 1e-3), rtol=1e-8)
+    assert a.covers(Z).all()
+    with pytest.raises(ValueError, match="no witness exists"):
+        a.witness()
+
+
+def test_cholesky_hands_over_to_eigh_on_singular_designs():
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(200, 5, 5))
+    X[:, :, 4] = X[:, :, 3]  # two equal coordinates: singular Gram matrix
+    y = rng.normal(size=200)
+    model = LinearAttentionRegressor(solver="cholesky").fit(X, y)
+    assert model.solver_ == "eigh" and not model.certificate_
+    reference = LinearAttentionRegressor(solver="eigh").fit(X, y)
+    np.testing.assert_array_equal(model.coef_, reference.coef_)
+
+
+def _assert_interval(cg_cert, dense_cert):
+    """The cg value is an upper bound within its stated error of the dense one."""
+    lam, err = cg_cert.min_eigenvalue, cg_cert.min_eigenvalue_error
+    rounding = 10 * dense_cert.tol
+    assert lam >= dense_cert.min_eigenvalue - rounding
+    assert abs(lam - dense_cert.min_eigenvalue) <= err + rounding
+    assert cg_cert.max_eigenvalue == pytest.approx(dense_cert.max_eigenvalue, rel=1e-6)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_cg_certificate_agrees_on_identifiable_data(readout):
+    rng = np.random.default_rng(9)
+    n = 80 if readout == "last" else 20
+    X, lengths, y = _data(rng, n, 6, 4, readout=readout)
+    cg = LinearAttentionRegressor(readout=readout, solver="cg", **CG).fit(X, y)
+    dense = LinearAttentionRegressor(readout=readout, solver="eigh").fit(X, y)
+    a, b = cg.certificate_, dense.certificate_
+    assert a and b and a.rank == b.rank == 40 and not a.rank_is_bound
+    _assert_interval(a, b)
+    assert a.min_eigenvalue_error <= 1e-4 * a.min_eigenvalue * 1.0001
+    assert a.eigenvalues is None and a.method == "cg"
+    Z = rng.normal(size=(3, 7, 4))
+    assert a.covers(Z).all()
+    # Without the inverse of Lambda_D, the bound is the coarser Lemma A.7 form.
+    coarse, exact = a.error_bound(Z, 1e-4), b.error_bound(Z, 1e-4)
+    assert np.all(coarse >= exact * (1 - 1e-6))
+    H = ref_features(Z, [7, 7, 7]) if readout == "last" else None
+    if H is not None:
+        expected = 2 * np.sqrt(1e-4 * (H**2).sum(axis=1)
+                               / (a.min_eigenvalue - a.min_eigenvalue_error))
+        np.testing.assert_allclose(coarse, expected, rtol=1e-10)
+    assert "+/-" in a.summary()
+
+
+@given(
+    rank_deficient_datasets(d=4, subspace_dim=st.integers(1, 3), max_samples=30),
+    st.sampled_from(["last", "all"]),
+)
+@settings(max_examples=6)
+def test_cg_certificate_agrees_on_rank_deficient_data(data, readout):
+    X, rank, _ = data
+    dense = certify_identifiability(X, readout=readout, solver="eigh")
+    cg = certify_identifiability(X, readout=readout, solver="cg")
+    assert not dense and not cg and dense.rank == rank
+    assert cg.rank_is_bound and cg.rank >= rank
+    _assert_interval(cg, dense)
+    # The witness uses the computed null vector: same training outputs ...
+    w = cg.witness(random_state=0)
+    (Va, Qa), (Vb, Qb) = w.model_a, w.model_b
+    fa = mhla_forward(X, Va, Qa, readout=readout)
+    fb = mhla_forward(X, Vb, Qb, readout=readout)
+    ga = mhla_forward(w.input[None], Va, Qa, readout=readout)[0]
+    gb = mhla_forward(w.input[None], Vb, Qb, readout=readout)[0]
+    if readout == "all":
+        ga, gb = ga[-1], gb[-1]
+    gap = np.linalg.norm(ga - gb)
+    assert gap >= 0.99 * np.linalg.norm(ga) and gap > 0
+    assert np.nanmax(np.abs(fa - fb)) <= 1e-6 * max(gap, np.nanmax(np.abs(fa)))
+    # ... which is also a null vector of the dense certificate.
+    assert not dense.covers(w.input[None])[0]
+    with pytest.raises(ValueError, match="solver='cg' does not compute"):
+        cg.covers(X)
+    with pytest.raises(ValueError, match="solver='cg' does not compute"):
+        cg.error_bound(X, 1e-3)
+
+
+def test_certify_identifiability_solver_argument():
+    X = np.random.default_rng(10).normal(size=(60, 5, 3))
+    certs = {s: certify_identifiability(X, solver=s) for s in SOLVERS}
+    for cert in certs.values():
+        assert cert and cert.rank == 18
+        assert cert.min_eigenvalue == pytest.approx(certs["eigh"].min_eigenvalue, rel=1e-6)
+    with pytest.raises(ValueError, match="solver must be one of"):
+        certify_identifiability(X, solver="lsqr")
+    # A user tolerance above lambda_min of a Cholesky spectrum asks for the null space.
+    big = certify_identifiability(X, solver="cholesky", tol=2 * certs["eigh"].min_eigenvalue)
+    assert not big and big.method == "eigh" and big.rank < 18
+
+
+# --------------------------------------------------------------------------
+# Threads
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("solver", ALL)
+def test_one_and_two_blas_threads_agree(solver):
+    rng = np.random.default_rng(11)
+    d = 6  # psi = 126: GEMMs large enough for OpenBLAS to use both threads
+    X = rng.normal(size=(600, 8, d)) if solver != "dual" else rng.normal(size=(100, 8, d))
+    y = rng.normal(size=X.shape[0])
+    coefs = []
+    for threads in (1, 2):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                coefs.append(_fit(solver, X, y).coef_)
+    np.testing.assert_allclose(coefs[0], coefs[1], rtol=1e-10,
+                               atol=1e-10 * np.abs(coefs[0]).max())
