@@ -14,6 +14,9 @@ import warnings
 import numpy as np
 
 
+from ._solvers import SOLVERS
+
+
 class _UserError(Exception):
     """A problem with the user's files or arrays: message, exit code 1."""
 
@@ -241,7 +244,7 @@ def build_parser():
     fit.add_argument("-o", "--output", default="model.npz", help="model file (default model.npz)")
     fit.add_argument("--alpha", type=float, default=0.0, help="ridge penalty (default 0)")
     fit.add_argument("--n-heads", type=int, default=None, help="compress to this many heads")
-    fit.add_argument("--solver", choices=["auto", "eigh", "svd"], default="auto")
+    fit.add_argument("--solver", choices=list(SOLVERS), default="auto")
     fit.add_argument("--random-state", type=int, default=None)
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     model_options(fit)

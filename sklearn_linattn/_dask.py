@@ -264,19 +264,6 @@ def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_feat
     return stats, single
 
 
-def _add_statistics(total, part):
-    """Add the fields of ``part`` into ``total`` (the reduction's binary op)."""
-    total.gram += part.gram
-    total.moment += part.moment
-    total.y_sum += part.y_sum
-    total.y_sq += part.y_sq
-    total.n_rows += part.n_rows
-    total.n_samples += part.n_samples
-    if part.dtype.itemsize < total.dtype.itemsize:
-        total.dtype = part.dtype
-    return total
-
-
 def _merge_blocks(*parts):
     """Sum the statistics of several blocks into a new object (a tree node).
 
@@ -297,7 +284,7 @@ def _merge_blocks(*parts):
                 f"{'no output axis' if part_single else f'd_out={stats.d_out}'} "
                 "for others."
             )
-        _add_statistics(total, stats)
+        total.merge(stats)
     return total, single
 
 
