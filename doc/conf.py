@@ -1,6 +1,7 @@
 """Sphinx configuration for the sklearn-linattn documentation."""
 
 import os
+import re
 import sys
 import warnings
 
@@ -25,13 +26,7 @@ extensions = [
 ]
 
 autosummary_generate = True
-autodoc_default_options = {
-    "members": True,
-    "inherited-members": False,
-    # scikit-learn's generated metadata-routing setters document sklearn, not us.
-    "exclude-members": "set_fit_request,set_predict_request,set_score_request,"
-    "set_transform_request,set_output",
-}
+autodoc_default_options = {"members": True, "inherited-members": False}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 # Cross-references to numpy / sklearn types in docstrings are best effort.
@@ -58,3 +53,15 @@ html_theme_options = {"description": "Linear attention, learned exactly"}
 # Matplotlib in the gallery runs headless.
 os.environ.setdefault("MPLBACKEND", "Agg")
 warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
+
+
+def _skip_sklearn_generated(app, what, name, obj, skip, options):
+    # scikit-learn's generated metadata-routing setters (set_*_request) and
+    # set_output document scikit-learn, not this package.
+    if re.fullmatch(r"set_\w+_request|set_output", name):
+        return True
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-skip-member", _skip_sklearn_generated)
