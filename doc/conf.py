@@ -26,7 +26,7 @@ extensions = [
 ]
 
 autosummary_generate = True
-autodoc_default_options = {"members": True, "inherited-members": False}
+autodoc_default_options = {"members": True, "inherited-members": True}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 # Cross-references to numpy / sklearn types in docstrings are best effort.
@@ -57,8 +57,8 @@ warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
 
 def _skip_sklearn_generated(app, what, name, obj, skip, options):
     # scikit-learn's generated metadata-routing setters (set_*_request) and
-    # set_output document scikit-learn, not this package.
-    if re.fullmatch(r"set_\w+_request|set_output", name):
+    # set_output / get_metadata_routing document scikit-learn, not this package.
+    if re.fullmatch(r"set_\w+_request|set_output|get_metadata_routing", name):
         return True
     return None
 
