@@ -1,0 +1,247 @@
+"""Machine information and the markdown report."""
+
+import datetime
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy
+import scipy
+import sklearn
+import threadpoolctl
+
+import sklearn_linattn
+
+from .measure import GB, usable_cores
+
+__all__ = ["git_commit", "machine_info", "render_markdown"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _read_first(path, prefix):
+    """Value after ``:`` on the first line of ``path`` starting with ``prefix``."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def _meminfo_bytes(key):
+    value = _read_first("/proc/meminfo", key + ":")
+    return None if value is None else int(value.split()[0]) * 1024
+
+
+def machine_info(threads):
+    """Facts about this machine and run that the numbers depend on.
+
+    Call it inside the ``threadpool_limits`` context of the run, so that the
+    BLAS entries show the thread counts actually used.
+
+    Parameters
+    ----------
+    threads : int
+        Thread limit applied with threadpoolctl.
+
+    Returns
+    -------
+    info : dict
+    """
+    return {
+        "cpu_model": _read_first("/proc/cpuinfo", "model name") or platform.processor()
+        or "unknown",
+        "logical_cores": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "mem_total": _meminfo_bytes("MemTotal"),
+        "mem_available": _meminfo_bytes("MemAvailable"),
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {
+            "numpy": numpy.__version__,
+            "scipy": scipy.__version__,
+            "scikit-learn": sklearn.__version__,
+            "threadpoolctl": threadpoolctl.__version__,
+            "sklearn-linattn": sklearn_linattn.__version__,
+        },
+        "threadpools": threadpoolctl.threadpool_info(),
+        "threads": threads,
+    }
+
+
+def git_commit():
+    """``(commit, n_modified)`` of the repository, or None outside a git checkout.
+
+    Read-only: ``--no-optional-locks`` keeps ``git status`` from touching the
+    index.
+    """
+    def git(*args):
+        out = subprocess.run(
+            ["git", "--no-optional-locks", *args], cwd=REPO_ROOT, capture_output=True,
+            text=True, timeout=30, check=True,
+        )
+        return out.stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        changed = [line for line in git("status", "--porcelain").splitlines() if line]
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit, len(changed)
+
+
+def _cell(text):
+    """Text safe inside a markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _gb(n_bytes):
+    return "unknown" if n_bytes is None else f"{n_bytes / GB:.1f} GB"
+
+
+HOW_TO_RUN = """\
+## How to run
+
+From a fresh clone, at the repository root:
+
+```bash
+pip install -e . && python -m benchmarks
+```
+
+This runs every row and rewrites this file; the total time of the run below is under "Run". Once
+`solver="cg"` exists, the `cg` row alone may take up to 10 minutes (its process is stopped after 30);
+leave it out with `--skip cg`. Options:
+
+- `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
+  and writes no file unless `--output` is given).
+- `--only ROW ...` / `--skip ROW ...`: run some rows (`gram`, `adam`, `samples`, `memory`, `cg`).
+- `--output PATH`: where to write the markdown (default `benchmarks/README.md`; `-` for stdout only).
+- `--threads N`: BLAS/OpenMP threads for the whole run, set with threadpoolctl (default: all usable
+  cores).
+- `--seed S`: seed of every random draw (default 0).
+
+Each ratio is measured in one run: the quantity and its baseline run interleaved (best of several
+repeats) on the same machine, so ratios are meaningful on a shared machine where absolute times are
+noisy. Busy cores still distort multi-threaded BLAS calls unevenly: the load average of each row is
+recorded under Details; for the steadiest numbers run on an idle machine (or with `--threads 1`). Memory rows run in a fresh process. Targets come from the issue; rows whose solver or method
+does not exist yet print "not available" and fill in once it does. Every number below comes from the
+run described in "Run"; the file is generated, edit `benchmarks/report.py` instead.
+
+The stand-alone scripts in this folder (`adam_vs_closed_form.py`, `certificate_lambda_min.py`, ...)
+run on their own: `python benchmarks/adam_vs_closed_form.py --help`.
+"""
+
+
+def render_markdown(results, *, info, command, started, seconds, commit, quick,
+                    descriptions, row_context=None):
+    """The report: how to run, run and machine facts, results table, details.
+
+    Parameters
+    ----------
+    results : list of Result
+    info : dict
+        From :func:`machine_info`.
+    command : str
+        The exact command line.
+    started : datetime.datetime
+        Start of the run (local time zone aware).
+    seconds : float
+        Total wall time of the run.
+    commit : tuple or None
+        From :func:`git_commit`.
+    quick : bool
+    descriptions : dict of str to str
+        What each row that ran measures (its function's docstring).
+    row_context : dict of str to dict or None
+        Per row: ``seconds`` and ``load`` (1-minute load average before and
+        after), from ``run_rows``.
+
+    Returns
+    -------
+    text : str
+    """
+    lines = ["# Benchmarks", ""]
+    if quick:
+        lines += ["**Quick mode: tiny sizes, a smoke test. These are not the benchmark's "
+                  "numbers and the targets are not judged.**", ""]
+    lines += [HOW_TO_RUN, "## Run", ""]
+    if commit is None:
+        commit_text = "not a git checkout"
+    else:
+        commit_text = f"`{commit[0]}`" + (
+            f" plus uncommitted changes ({commit[1]} paths in `git status`)" if commit[1]
+            else " (clean)"
+        )
+    load = info["load_average"]
+    lines += [
+        f"- Date: {started.isoformat(timespec='seconds')}",
+        f"- Command: `{command}`",
+        f"- Git commit: {commit_text}",
+        f"- Total wall time: {seconds / 60:.1f} min ({seconds:.0f} s)",
+        f"- Threads: BLAS and OpenMP limited to {info['threads']} with "
+        f"`threadpoolctl.threadpool_limits` for the whole run (child processes too)",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {info['cpu_model']}; {info['logical_cores']} logical cores, "
+        f"{info['usable_cores']} usable by this process",
+        f"- Memory: {_gb(info['mem_total'])} total, {_gb(info['mem_available'])} available "
+        "at the start",
+        "- Load average at the start: "
+        + ("unknown" if load is None else " / ".join(f"{x:.2f}" for x in load))
+        + " (1 / 5 / 15 min; other processes share this machine)",
+        f"- Platform: {info['platform']}, Python {info['python']}",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()),
+        "",
+        "BLAS and OpenMP libraries (`threadpoolctl.threadpool_info()` inside the limit):",
+        "",
+        "| user_api | internal_api | version | threads | threading layer | architecture "
+        "| library |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pool in info["threadpools"]:
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            pool.get("user_api"), pool.get("internal_api"), pool.get("version"),
+            pool.get("num_threads"), pool.get("threading_layer", "-"),
+            pool.get("architecture", "-"), Path(pool.get("filepath", "")).name,
+        )) + " |")
+    lines += [
+        "",
+        "## Results",
+        "",
+        "Ratio = A / B. Times are the best of the interleaved repeats listed under Details.",
+        "",
+        "| Row | Setting | A (measured) | B (baseline) | A / B | Target | Result |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append("| " + " | ".join(_cell(x) for x in (
+            f"`{r.row}`: {r.label}", r.setting, r.measured, r.baseline or "-", r.ratio,
+            r.target, f"**{r.status}**" if r.status in ("PASS", "MISS") else r.status,
+        )) + " |")
+    lines += ["", "## Details", ""]
+    row_context = row_context or {}
+    for row, text in descriptions.items():
+        lines += [f"### `{row}`", "", text, ""]
+        if row in row_context:
+            ran = row_context[row]
+            load = " -> ".join("unknown" if x is None else f"{x:.2f}" for x in ran["load"])
+            lines += [f"Row wall time {ran['seconds']:.0f} s; 1-minute load average "
+                      f"{load} (start -> end of the row).", ""]
+        for r in (r for r in results if r.row == row):
+            if r.details:
+                lines.append(f"{r.label}:")
+                lines.append("")
+                lines += [f"- {d}" for d in r.details]
+                lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def now():
+    """The current local time, time-zone aware."""
+    return datetime.datetime.now().astimezone()
