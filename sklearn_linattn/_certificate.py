@@ -25,7 +25,6 @@ the spectrum of ``Phi^T W Phi`` (:class:`~._solvers.SpectralSolution`) into:
 Mapping to the paper: ``X[i]`` (n_tokens x d) is the paper's ``Z_i^T``.
 """
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +40,7 @@ from ._features import (
 from ._mhla import heads_from_coefficients
 from ._solvers import SOLVERS, solve, solve_eigh
 from ._validation import (
+    check_scalar,
     check_readout,
     check_sample_weight,
     check_sequences,
@@ -55,27 +55,11 @@ _WITNESS_CANDIDATES = 16
 
 
 def _check_tol(tol):
-    if tol is None:
-        return None
-    if isinstance(tol, (bool, np.bool_)) or not isinstance(tol, numbers.Real):
-        raise TypeError(
-            f"tol must be None or a non-negative real number; got {tol!r} of type "
-            f"{type(tol).__name__}."
-        )
-    if not np.isfinite(tol) or tol < 0:
-        raise ValueError(f"tol must be None or a finite number >= 0; got {tol!r}.")
-    return float(tol)
+    return check_scalar(tol, "tol", low=0.0, allow_none=True)
 
 
 def _check_epsilon(epsilon):
-    if isinstance(epsilon, (bool, np.bool_)) or not isinstance(epsilon, numbers.Real):
-        raise TypeError(
-            f"epsilon must be a non-negative real number (an excess empirical risk); "
-            f"got {epsilon!r} of type {type(epsilon).__name__}."
-        )
-    if not np.isfinite(epsilon) or epsilon < 0:
-        raise ValueError(f"epsilon must be a finite number >= 0; got {epsilon!r}.")
-    return float(epsilon)
+    return check_scalar(epsilon, "epsilon", low=0.0)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

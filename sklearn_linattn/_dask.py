@@ -26,7 +26,6 @@ block's offset, so that the message a worker raises is the message the
 in-memory fit would raise on the whole array.
 """
 
-import numbers
 import re
 import sys
 
@@ -34,7 +33,13 @@ import numpy as np
 from sklearn.utils.validation import check_array
 
 from ._solvers import SufficientStatistics
-from ._validation import check_readout, check_sequences, check_targets, check_token_dim
+from ._validation import (
+    check_readout,
+    check_scalar,
+    check_sequences,
+    check_targets,
+    check_token_dim,
+)
 
 __all__ = ["dask_sufficient_statistics", "is_dask_collection"]
 
@@ -291,16 +296,7 @@ def _merge_blocks(*parts):
 def _check_split_every(split_every):
     if split_every is None:
         return _DEFAULT_SPLIT_EVERY
-    if isinstance(split_every, (bool, np.bool_)) or not isinstance(
-        split_every, numbers.Integral
-    ):
-        raise TypeError(
-            f"split_every must be None or an integer >= 2; got {split_every!r} of type "
-            f"{type(split_every).__name__}."
-        )
-    if split_every < 2:
-        raise ValueError(f"split_every must be an integer >= 2; got {split_every}.")
-    return int(split_every)
+    return check_scalar(split_every, "split_every", integer=True, low=2, allow_none=True)
 
 
 def _statistics_graph(

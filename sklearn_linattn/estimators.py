@@ -1,7 +1,6 @@
 """scikit-learn estimators: thin layers of validation over the math modules."""
 
 import itertools
-import numbers
 import time
 
 import numpy as np
@@ -31,6 +30,7 @@ from ._solvers import (
 from ._validation import (
     check_readout,
     check_sample_weight,
+    check_scalar,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -512,42 +512,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def _check_params(self):
         check_readout(self.readout)
         check_token_dim(self.token_dim)
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, numbers.Real):
-            raise TypeError(
-                f"alpha must be a non-negative real number; got {self.alpha!r}."
-            )
-        if not np.isfinite(self.alpha) or self.alpha < 0:
-            raise ValueError(
-                f"alpha must be a finite non-negative number; got {self.alpha!r}."
-            )
-        if self.n_heads is not None:
-            if isinstance(self.n_heads, bool) or not isinstance(
-                self.n_heads, numbers.Integral
-            ):
-                raise TypeError(
-                    f"n_heads must be None or a positive integer; got {self.n_heads!r}."
-                )
-            if self.n_heads < 1:
-                raise ValueError(
-                    f"n_heads must be None or a positive integer; got {self.n_heads}."
-                )
+        check_scalar(self.alpha, "alpha", low=0.0)
+        check_scalar(self.n_heads, "n_heads", integer=True, low=1, allow_none=True)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
-        if isinstance(self.tol, bool) or not isinstance(self.tol, numbers.Real):
-            raise TypeError(f"tol must be a positive real number; got {self.tol!r}.")
-        if not np.isfinite(self.tol) or self.tol <= 0:
-            raise ValueError(f"tol must be a finite positive number; got {self.tol!r}.")
-        if self.max_iter is not None:
-            if isinstance(self.max_iter, bool) or not isinstance(
-                self.max_iter, numbers.Integral
-            ):
-                raise TypeError(
-                    f"max_iter must be None or a positive integer; got {self.max_iter!r}."
-                )
-            if self.max_iter < 1:
-                raise ValueError(
-                    f"max_iter must be None or a positive integer; got {self.max_iter}."
-                )
+        check_scalar(self.tol, "tol", low=0.0, low_open=True)
+        check_scalar(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
 
     def _log(self, message, start):
         if self.verbose:

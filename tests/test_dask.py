@@ -412,7 +412,7 @@ def test_X_must_be_a_dask_array_with_known_chunks(client):
 
 @pytest.mark.parametrize(
     "split_every, error, match",
-    [(1, ValueError, "split_every must be an integer >= 2; got 1"),
+    [(1, ValueError, "split_every must be None or an integer >= 2; got 1"),
      (2.0, TypeError, "split_every must be None or an integer >= 2; got 2.0 of type float")],
 )
 def test_split_every_is_checked(split_every, error, match):
