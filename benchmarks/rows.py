@@ -234,9 +234,6 @@ def row_gram(ctx):
             f"`fit`: {fmt_list(times['fit'])} (interleaved).",
             f"Ratio of the bests {ratio:.2f}; per-round ratios fit / gram: median "
             f"{np.median(paired):.2f}, range {min(paired):.2f} to {max(paired):.2f}.",
-            f"Best features + gram = {fmt_seconds(best['features'] + best['gram'])} "
-            f"({(best['features'] + best['gram']) / best['gram']:.2f} x gram): "
-            "a fit that forms the features and then the Gram matrix costs at least that.",
         ]
         if cert is not None:
             details.append(

@@ -222,21 +222,27 @@ def _padded_batch(draw, d, min_samples, max_samples, min_length, max_length,
     return X, lengths
 
 
-def _batch_strategy(d, min_samples, max_samples, min_length, max_length, dtype,
-                    scale, padded):
-    """Check the batch arguments once, return a strategy of (X, lengths)."""
-    min_samples, max_samples = _check_range(
-        min_samples, max_samples, "min_samples", "max_samples", 1
-    )
-    min_length, max_length = _check_range(
-        min_length, max_length, "min_length", "max_length", 1
-    )
+def _batch_arguments(d, d_min, min_samples, max_samples, min_length, max_length,
+                     length_min, dtype, scale, padded):
+    """Check the arguments shared by the batch strategies, once, when built."""
+    samples = _check_range(min_samples, max_samples, "min_samples", "max_samples", 1)
+    lengths = _check_range(min_length, max_length, "min_length", "max_length", length_min)
     if not isinstance(padded, (bool, np.bool_)):
         raise InvalidArgument(f"padded must be True or False; got {padded!r}.")
     dtype_st = _argument(dtype, _check_dtype)
     scale_st = _argument(scale, lambda v: _check_scale(v, "scale"))
-    d_st = _argument(st.integers(1, 4) if d is None else d,
-                     lambda v: _check_int(v, "d", 1))
+    d_st = _argument(st.integers(d_min, 4) if d is None else d,
+                     lambda v: _check_int(v, "d", d_min))
+    return d_st, samples, lengths, dtype_st, scale_st
+
+
+def _batch_strategy(d, min_samples, max_samples, min_length, max_length, dtype,
+                    scale, padded):
+    """Check the batch arguments once, return a strategy of (X, lengths)."""
+    d_st, (min_samples, max_samples), (min_length, max_length), dtype_st, scale_st = (
+        _batch_arguments(d, 1, min_samples, max_samples, min_length, max_length, 1,
+                         dtype, scale, padded)
+    )
     return d_st.flatmap(
         lambda dd: _padded_batch(dd, min_samples, max_samples, min_length,
                                  max_length, dtype_st, scale_st, bool(padded))
@@ -440,18 +446,11 @@ def rank_deficient_datasets(*, d=None, subspace_dim=None, min_samples=1,
     ...     assert s[rank - 1] > 1e-8 * s[0] and s[rank] <= 1e-12 * s[0]
     >>> test_rank()
     """
-    min_samples, max_samples = _check_range(
-        min_samples, max_samples, "min_samples", "max_samples", 1
+    # Tokens need two per sequence and d >= 2 for a proper subspace to exist.
+    d_st, (min_samples, max_samples), (min_length, max_length), dtype_st, scale_st = (
+        _batch_arguments(d, 2, min_samples, max_samples, min_length, max_length, 2,
+                         dtype, scale, padded)
     )
-    min_length, max_length = _check_range(
-        min_length, max_length, "min_length", "max_length", 2
-    )
-    if not isinstance(padded, (bool, np.bool_)):
-        raise InvalidArgument(f"padded must be True or False; got {padded!r}.")
-    dtype_st = _argument(dtype, _check_dtype)
-    scale_st = _argument(scale, lambda v: _check_scale(v, "scale"))
-    d_st = _argument(st.integers(2, 4) if d is None else d,
-                     lambda v: _check_int(v, "d", 2))
 
     def check_r(r, dd):
         r = _check_int(r, "subspace_dim", 1)

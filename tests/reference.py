@@ -225,3 +225,10 @@ def ref_linear_readout(coef, H):
                 total += float(coef[a, p]) * rows[r, p]
             out[r, a] = total
     return out.reshape(*lead, coef.shape[0])
+
+
+def random_generator(rng, d, d_out=1, n_heads=1):
+    """Random heads (V, Q) with N(0, 1/d) entries, the paper's Sec. 4.1 scale."""
+    V = rng.normal(size=(n_heads, d_out, d)) / np.sqrt(d)
+    Q = rng.normal(size=(n_heads, d, d)) / np.sqrt(d)
+    return V, Q

@@ -11,6 +11,7 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV, KFold, cross_val_score
 from sklearn.pipeline import make_pipeline
 
+from reference import random_generator as _generator
 from sklearn_linattn import (
     LinearAttentionFeatures,
     LinearAttentionRegressor,
@@ -20,10 +21,6 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._features import attention_features, n_attention_features
 
-def _generator(rng, d, d_out=1, n_heads=1):
-    V = rng.normal(size=(n_heads, d_out, d)) / np.sqrt(d)
-    Q = rng.normal(size=(n_heads, d, d)) / np.sqrt(d)
-    return V, Q
 
 
 def _rel_err(a, b):

@@ -10,6 +10,7 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
+from reference import random_generator as _generator
 from sklearn_linattn import (
     LinearAttentionRegressor,
     attention_coefficients,
@@ -28,10 +29,6 @@ from sklearn_linattn.gradient import (
 # ---------------------------------------------------------------------------
 
 
-def _generator(rng, d, d_out=1, n_heads=1):
-    V = rng.normal(size=(n_heads, d_out, d)) / np.sqrt(d)
-    Q = rng.normal(size=(n_heads, d, d)) / np.sqrt(d)
-    return V, Q
 
 
 def _padded(rng, n_samples, n_tokens, d, min_len=1, scale=1.0):
