@@ -47,7 +47,7 @@ from ._features import (
     prefix_features,
     row_factors,
 )
-from ._validation import check_readout
+from ._validation import check_lengths_array, check_readout
 
 __all__ = [
     "SOLVERS",
@@ -231,17 +231,7 @@ def _check_batch(X, lengths, Y, sample_weight, d, d_out, readout):
             f"X must be a zero-padded array of shape (n_samples, n_tokens, {d}); got shape "
             f"{X.shape}."
         )
-    lengths = np.asarray(lengths)
-    if lengths.shape != (X.shape[0],) or lengths.dtype.kind not in "iu":
-        raise ValueError(
-            f"lengths must be an integer array of shape ({X.shape[0]},); got shape "
-            f"{lengths.shape} and dtype {lengths.dtype}."
-        )
-    if X.shape[0] and (lengths.min() < 1 or lengths.max() > X.shape[1]):
-        raise ValueError(
-            f"lengths must lie between 1 and n_tokens={X.shape[1]}; got values from "
-            f"{lengths.min()} to {lengths.max()}."
-        )
+    lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
     if (Y is None) != (d_out is None):
         raise ValueError(
             "Y must be given exactly when the statistics have targets: these statistics "

@@ -319,6 +319,28 @@ arrays, or array-like of shape (n_samples, n_columns)
     return np.ascontiguousarray(X), lengths
 
 
+def check_lengths_array(lengths, n_samples, n_tokens):
+    """Validate explicit sequence lengths: integers from 1 to ``n_tokens``.
+
+    Returns
+    -------
+    lengths : ndarray of shape (n_samples,), int64
+    """
+    raw = np.asarray(lengths)
+    if raw.shape != (n_samples,) or raw.dtype.kind not in "iu":
+        raise ValueError(
+            f"lengths must be an integer array of shape ({n_samples},); got "
+            f"{_describe(raw)}."
+        )
+    lengths = raw.astype(np.int64)
+    if n_samples and (lengths.min() < 1 or lengths.max() > n_tokens):
+        raise ValueError(
+            f"lengths must lie between 1 and n_tokens={n_tokens}; got values from "
+            f"{lengths.min()} to {lengths.max()}."
+        )
+    return lengths
+
+
 def check_lengths(X, lengths, *, n_features=None, name="X"):
     """Validate a NaN-free 3-D array with explicit lengths; zero its padding.
 
@@ -351,18 +373,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X"):
         raise ValueError(
             f"{name} has tokens of dimension d={X.shape[2]}; expected d={n_features}."
         )
-    raw = np.asarray(lengths)
-    if raw.shape != (X.shape[0],) or raw.dtype.kind not in "iu":
-        raise ValueError(
-            f"lengths must be an integer array of shape ({X.shape[0]},); got "
-            f"{_describe(raw)}."
-        )
-    lengths = raw.astype(np.int64)
-    if X.shape[0] and (lengths.min() < 1 or lengths.max() > X.shape[1]):
-        raise ValueError(
-            f"lengths must lie between 1 and n_tokens={X.shape[1]}; got values from "
-            f"{lengths.min()} to {lengths.max()}."
-        )
+    lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     pad = np.arange(X.shape[1])[None, :] >= lengths[:, None]
