@@ -308,15 +308,20 @@ arrays, or array-like of shape (n_samples, n_columns)
             f"{name} must have at least one token and a token dimension d >= 1; got "
             f"shape {X.shape}."
         )
+    _check_token_dimension(X, n_features, name)
+    lengths = sequence_lengths(X, name=name)
+    if fill_value is not None:
+        X[np.isnan(X)] = fill_value
+    return np.ascontiguousarray(X), lengths
+
+
+def _check_token_dimension(X, n_features, name):
+    """The token dimension of a 3-D X against the expected one (None: any)."""
     if n_features is not None and X.shape[2] != n_features:
         raise ValueError(
             f"{name} has tokens of dimension d={X.shape[2]}, but d={n_features} was "
             f"expected (the token dimension seen in fit, or of the attention heads)."
         )
-    lengths = sequence_lengths(X, name=name)
-    if fill_value is not None:
-        X[np.isnan(X)] = fill_value
-    return np.ascontiguousarray(X), lengths
 
 
 def check_lengths_array(lengths, n_samples, n_tokens):
@@ -369,10 +374,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X"):
             f"{name} must be a 3-D array of shape (n_samples, n_tokens, d) when lengths "
             f"are given; got shape {X.shape}."
         )
-    if n_features is not None and X.shape[2] != n_features:
-        raise ValueError(
-            f"{name} has tokens of dimension d={X.shape[2]}; expected d={n_features}."
-        )
+    _check_token_dimension(X, n_features, name)
     lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)

@@ -200,20 +200,22 @@ def _heads(draw, d, d_out_st, n_heads_st, scale_st):
     return V, Q
 
 
+def _draw_lengths(draw, n_samples, min_length, max_length, padded):
+    """Padded length and per-sequence lengths (all full when not padded)."""
+    n_tokens = draw(st.integers(min_length, max_length))
+    if not padded:
+        return n_tokens, np.full(n_samples, n_tokens, dtype=np.int64)
+    lengths = draw(st.lists(st.integers(min_length, n_tokens), min_size=n_samples,
+                            max_size=n_samples))
+    return n_tokens, np.asarray(lengths, dtype=np.int64)
+
+
 @st.composite
 def _padded_batch(draw, d, min_samples, max_samples, min_length, max_length,
                   dtype_st, scale_st, padded):
     """(X, lengths): Gaussian tokens, NaN after each sequence's length."""
     n_samples = draw(st.integers(min_samples, max_samples))
-    n_tokens = draw(st.integers(min_length, max_length))
-    if padded:
-        lengths = draw(
-            st.lists(st.integers(min_length, n_tokens), min_size=n_samples,
-                     max_size=n_samples)
-        )
-    else:
-        lengths = [n_tokens] * n_samples
-    lengths = np.asarray(lengths, dtype=np.int64)
+    n_tokens, lengths = _draw_lengths(draw, n_samples, min_length, max_length, padded)
     dtype = draw(dtype_st)
     scale = draw(scale_st)
     rng = np.random.default_rng(draw(_SEEDS))
@@ -471,15 +473,8 @@ def rank_deficient_datasets(*, d=None, subspace_dim=None, min_samples=1,
             r = check_r(subspace_dim, dd)
         rank = _psi(r)
         n_samples = max(draw(st.integers(min_samples, max_samples)), 2 * rank)
-        n_tokens = draw(st.integers(min_length, max_length))
-        if padded:
-            lengths = draw(
-                st.lists(st.integers(min_length, n_tokens), min_size=n_samples,
-                         max_size=n_samples)
-            )
-        else:
-            lengths = [n_tokens] * n_samples
-        lengths = np.asarray(lengths, dtype=np.int64)
+        n_tokens, lengths = _draw_lengths(draw, n_samples, min_length, max_length,
+                                          padded)
         dtype_ = draw(dtype_st)
         power = 2.0 ** round(math.log2(draw(scale_st)))
         rng = np.random.default_rng(draw(_SEEDS))
