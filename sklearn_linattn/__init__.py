@@ -12,6 +12,7 @@ from ._mhla import (
     compress_heads,
     heads_from_coefficients,
     mhla_forward,
+    mhla_generate,
     same_function,
 )
 from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
@@ -35,6 +36,7 @@ __all__ = [
     "heads_from_coefficients",
     "load_model",
     "mhla_forward",
+    "mhla_generate",
     "same_function",
     "save_model",
 ]

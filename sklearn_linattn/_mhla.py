@@ -19,7 +19,7 @@ from sklearn.utils import check_random_state
 from threadpoolctl import threadpool_limits
 
 from ._features import iter_sample_chunks, pair_indices
-from ._validation import check_lengths, check_readout, check_sequences
+from ._validation import check_lengths, check_readout, check_scalar, check_sequences
 
 __all__ = [
     "attention_coefficients",
@@ -27,6 +27,7 @@ __all__ = [
     "fold_coefficients",
     "heads_from_coefficients",
     "mhla_forward",
+    "mhla_generate",
     "same_function",
     "unfold_coefficients",
 ]
@@ -135,6 +136,134 @@ def _forward_all(X, V, Q, lengths):
     return y
 
 
+def _check_rounding(rounding, d):
+    """``rounding`` as a function from outputs (m, d) to tokens (m, d)."""
+    if rounding is None:
+        return None
+    if callable(rounding):
+        def apply(Y):
+            out = np.asarray(rounding(Y), dtype=np.float64)
+            if out.shape != Y.shape:
+                raise ValueError(
+                    f"rounding must map outputs of shape {Y.shape} to tokens of the same "
+                    f"shape; it returned shape {out.shape}."
+                )
+            return out
+        return apply
+    table = np.asarray(rounding)
+    if table.dtype.kind not in "biuf":
+        raise TypeError(
+            "rounding must be None, a callable or an embedding table of numbers; got an "
+            f"array of dtype {table.dtype}."
+        )
+    table = table.astype(np.float64)
+    if table.ndim != 2 or table.shape[1] != d or table.shape[0] == 0:
+        raise ValueError(
+            f"rounding as an embedding table must have shape (n_tokens, {d}) with at least "
+            f"one token; got shape {table.shape}."
+        )
+    if not np.all(np.isfinite(table)):
+        raise ValueError("rounding as an embedding table must be finite; it has NaN or inf.")
+    half_norms = 0.5 * np.einsum("vd,vd->v", table, table)
+
+    def nearest(Y):
+        # argmin_v ||y - e_v||^2 = argmax_v (y . e_v - ||e_v||^2 / 2)
+        return table[np.argmax(Y @ table.T - half_norms, axis=1)]
+    return nearest
+
+
+def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
+    """Run a linear-attention model autoregressively for ``n_steps`` tokens.
+
+    At each step the output at the last token, ``y = sum_h V_h S Q_h x_last``
+    with ``S = sum_t x_t x_t^T``, is (optionally) rounded to a token and
+    appended to the sequence; every sequence of the batch grows at its own
+    end.  The running second moment S is updated by one outer product per
+    step, so a step costs O(n_heads d^2) per sequence whatever the length.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Prompts; trailing all-NaN tokens are padding.
+    V : array-like of shape (n_heads, d, d)
+        Value matrices; the output dimension must equal the token dimension d.
+    Q : array-like of shape (n_heads, d, d)
+        Key-query matrices.
+    n_steps : int
+        Number of tokens to append (0 returns the prompts).
+    rounding : None, callable or array-like of shape (n_vocab, d), default=None
+        None appends the raw outputs.  An embedding table appends, for each
+        output, the nearest of its rows in Euclidean distance (the paper's
+        Def. G.2; ties go to the first row).  A callable receives the outputs
+        as an array (m, d) and returns the tokens to append, same shape (e.g.
+        ``CompiledProgram.round`` from :mod:`sklearn_linattn.programs`).
+    lengths : array-like of int, shape (n_samples,), or None
+        Number of real tokens per prompt when X has no NaN padding; None reads
+        them from the padding.
+
+    Returns
+    -------
+    sequences : ndarray of shape (n_samples, max(lengths) + n_steps, d)
+        Prompt ``i`` followed by its ``n_steps`` generated tokens at
+        positions ``lengths[i] .. lengths[i] + n_steps - 1``; NaN after.
+
+    See Also
+    --------
+    mhla_forward : one output per sequence, nothing appended.
+
+    Examples
+    --------
+    A one-head associative memory (key block, value block): the query's key
+    retrieves the value stored under it.
+
+    >>> import numpy as np
+    >>> from sklearn_linattn import mhla_generate
+    >>> V = np.zeros((1, 4, 4)); V[0, 2:, 2:] = np.eye(2)
+    >>> Q = np.zeros((1, 4, 4)); Q[0, :2, :2] = np.eye(2)
+    >>> memory = np.array([[[1., 0., 0., 1.],    # key 0 -> value 1
+    ...                     [0., 1., 1., 0.],    # key 1 -> value 0
+    ...                     [0., 1., 0., 0.]]])  # query: key 1
+    >>> mhla_generate(memory, V, Q, 1)[0, -1]
+    array([0., 0., 1., 0.])
+    """
+    V, Q = _check_heads(V, Q)
+    d = Q.shape[1]
+    if V.shape[1] != d:
+        raise ValueError(
+            "mhla_generate appends each output to its sequence, so V must have shape "
+            f"(n_heads, d, d) with d_out = d = {d}; got V of shape {V.shape}."
+        )
+    n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
+    if lengths is None:
+        X, lengths = check_sequences(X, n_features=d)
+    else:
+        X, lengths = check_lengths(X, lengths, n_features=d)
+    round_ = _check_rounding(rounding, d)
+    n_samples, n_tokens = X.shape[:2]
+    out = np.full((n_samples, n_tokens + n_steps, d), np.nan)
+    real = np.arange(n_tokens)[None, :] < lengths[:, None]
+    out[:, :n_tokens][real] = X[real]
+    n_heads = V.shape[0]
+    # (h*d, d) stacks of the heads, so that one GEMM serves all heads.
+    Q_flat = Q.reshape(n_heads * d, d)
+    V_flat = V.transpose(0, 2, 1).reshape(n_heads * d, d)
+    for sl in iter_sample_chunks(n_samples, d * d + n_heads * d):
+        Xc = np.where(real[sl, :, None], X[sl], 0.0).astype(np.float64)
+        S = np.matmul(Xc.transpose(0, 2, 1), Xc)
+        rows = np.arange(Xc.shape[0])
+        pos = lengths[sl].copy()
+        x = Xc[rows, pos - 1]
+        for _ in range(n_steps):
+            q = (x @ Q_flat.T).reshape(-1, n_heads, d)  # Q_h x_last
+            ctx = np.matmul(q, S)  # (S Q_h x_last)^T, S symmetric
+            y = ctx.reshape(-1, n_heads * d) @ V_flat
+            x = y if round_ is None else round_(y)
+            out[sl][rows, pos] = x
+            S += x[:, :, None] * x[:, None, :]
+            pos += 1
+    return out
+
+
 def fold_coefficients(C):
     """Fold a full coefficient tensor C[a, j, k, l] into psi coefficients.
 
@@ -230,14 +359,28 @@ def heads_from_coefficients(coef, d, *, rtol=None):
     coef = np.asarray(coef, dtype=np.float64)
     d_out = coef.shape[0]
     M = _coefficient_matrix(coef, d)
-    U, s, Vt = scipy.linalg.svd(M, full_matrices=False, lapack_driver="gesdd")
     if rtol is None:
         rtol = max(M.shape) * np.finfo(np.float64).eps
+    # Zero rows and columns of M only add zero entries to the singular
+    # vectors: leave them out of the SVD (models of one-hot data, e.g.
+    # learned programs, have many).
+    rows = np.flatnonzero(np.any(M != 0, axis=1))
+    cols = np.flatnonzero(np.any(M != 0, axis=0))
+    M_nz = M[np.ix_(rows, cols)]
+    try:
+        U, s, Vt = scipy.linalg.svd(M_nz, full_matrices=False, lapack_driver="gesdd")
+    except np.linalg.LinAlgError:
+        # The divide-and-conquer driver occasionally fails to converge on
+        # highly degenerate spectra (e.g. coefficients of 0/1 programs); the
+        # QR-iteration driver is slower but robust there.
+        U, s, Vt = scipy.linalg.svd(M_nz, full_matrices=False, lapack_driver="gesvd")
     keep = s > rtol * (s[0] if s.size else 0.0)
     r = np.sqrt(s[keep])
-    V = (U[:, keep] * r).T.reshape(-1, d_out, d)
-    Q = (Vt[keep] * r[:, None]).reshape(-1, d, d)
-    return V, Q
+    V = np.zeros((r.size, M.shape[0]))
+    V[:, rows] = (U[:, keep] * r).T
+    Q = np.zeros((r.size, M.shape[1]))
+    Q[:, cols] = Vt[keep] * r[:, None]
+    return V.reshape(-1, d_out, d), Q.reshape(-1, d, d)
 
 
 def _value_design(Q):

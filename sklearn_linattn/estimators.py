@@ -18,7 +18,7 @@ from ._features import (
     n_attention_features,
     row_factors,
 )
-from ._mhla import compress_heads, heads_from_coefficients, mhla_forward
+from ._mhla import compress_heads, heads_from_coefficients, mhla_forward, mhla_generate
 from ._solvers import (
     SOLVERS,
     STATISTICS_SOLVERS,
@@ -199,6 +199,59 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         )
         return self._shape_output(Y)
 
+    def generate(self, X, n_steps, *, rounding=None):
+        """Continue sequences autoregressively with the fitted heads.
+
+        Each step appends the model's output at the last token (optionally
+        rounded to a token) to the sequence, as in
+        :func:`~sklearn_linattn.mhla_generate`.  The output at the last token
+        is the same function for both readouts, so models fitted with
+        ``readout="all"`` (next-token targets at every position) and with
+        ``readout="last"`` (one target per prefix) generate alike.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Prompts; trailing all-NaN tokens are padding.
+        n_steps : int
+            Number of tokens to append.
+        rounding : None, callable or array-like of shape (n_vocab, d), default=None
+            None appends raw outputs; an embedding table appends the nearest
+            row; a callable maps outputs (m, d) to tokens (m, d), e.g.
+            ``CompiledProgram.round``.
+
+        Returns
+        -------
+        sequences : ndarray of shape (n_samples, max(lengths) + n_steps, d)
+            Each prompt followed by its generated tokens, NaN-padded.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(3)
+        >>> prompts = memory.encode([[{"key": 0, "value": 2}, {"key": 1, "value": 0},
+        ...                           {"key": 2, "value": 1}, {"key": 1}]])
+        >>> X = np.random.default_rng(0).normal(size=(200, 4, 6))
+        >>> model = LinearAttentionRegressor().fit(X, memory.forward(X))
+        >>> memory.decode(model.generate(prompts, 1, rounding=memory.round)[0])[-1]
+        {'value': 0}
+        """
+        X, lengths = self._validate_X(X)
+        d = self.n_features_in_
+        if self.value_matrices_.shape[1] != d:
+            raise ValueError(
+                "generate appends each output to its sequence, so it needs a model whose "
+                f"output dimension equals the token dimension d={d}; this model outputs "
+                f"{self.value_matrices_.shape[1]} values per position (fit it with y of "
+                f"shape (n_samples, {d}) or (n_samples, n_tokens, {d}))."
+            )
+        return mhla_generate(
+            X, self.value_matrices_, self.key_query_matrices_, n_steps,
+            rounding=rounding, lengths=lengths,
+        )
+
     def score(self, X, y, sample_weight=None):
         """Coefficient of determination R^2 over every non-padded output.
 
@@ -355,7 +408,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         most k heads by alternating least squares started from the truncated
         SVD; a :class:`~sklearn.exceptions.ConvergenceWarning` says when k heads
         cannot reproduce the unconstrained optimum.
-    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg"}, default="auto"
+    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         With N feature rows, psi features and P = d (d + 1) / 2:
 
         - ``"eigh"``: normal equations through an eigen-decomposition of
@@ -378,6 +431,13 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
           least-squares solution of minimal preconditioned norm, not the
           Euclidean minimum-norm one: same training fit, same predictions on
           every input the certificate would cover.
+        - ``"lsmr"``: for one-hot (sparse) tokens: the feature rows as a sparse
+          matrix restricted to its active (non-zero) columns, LSMR per output
+          (memory follows the non-zeros; the minimum-norm solution for
+          ``alpha=0``; ``max_iter`` caps its iterations, default 10 times the
+          number of active columns).  The certificate eigen-decomposes the
+          smaller of the active Gram matrix and the row kernel when it fits
+          in memory.  Never chosen by ``"auto"``.
         - ``"auto"``: ``"cg"`` when the dense psi x psi arrays would take more
           than half the physical memory; ``"svd"`` (or ``"dual"`` if the design
           does not fit) for N < psi; otherwise ``"eigh"`` for psi <= 64 and

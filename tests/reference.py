@@ -232,3 +232,73 @@ def random_generator(rng, d, d_out=1, n_heads=1):
     V = rng.normal(size=(n_heads, d_out, d)) / np.sqrt(d)
     Q = rng.normal(size=(n_heads, d, d)) / np.sqrt(d)
     return V, Q
+
+
+def ref_generate(X, lengths, V, Q, n_steps, rounding=None):
+    """Autoregressive generation by loops: recompute the whole attention each step.
+
+    ``rounding`` is None, or a table (n_vocab, d): the nearest row (first on ties).
+    """
+    n_samples, n_tokens, d = X.shape
+    out = np.full((n_samples, n_tokens + n_steps, d), np.nan)
+    for i in range(n_samples):
+        seq = [[float(X[i, t, c]) for c in range(d)] for t in range(lengths[i])]
+        for _ in range(n_steps):
+            arr = np.array(seq)[None]
+            y = _attention_output(arr, 0, len(seq), V, Q)
+            if rounding is not None:
+                best, best_dist = 0, math.inf
+                for v in range(len(rounding)):
+                    dist = sum((y[c] - float(rounding[v][c])) ** 2 for c in range(d))
+                    if dist < best_dist:
+                        best, best_dist = v, dist
+                y = [float(rounding[best][c]) for c in range(d)]
+            seq.append(list(y))
+        for t, token in enumerate(seq):
+            out[i, t] = token
+    return out
+
+
+def ref_run_dfa(transitions, words, start=0):
+    """States visited by each automaton on its word (-1 ends a word), by loops."""
+    transitions = np.asarray(transitions)
+    words = np.asarray(words)
+    n, length = words.shape
+    states = np.full((n, length + 1), -1, dtype=np.int64)
+    for i in range(n):
+        s = start
+        states[i, 0] = s
+        for t in range(length):
+            if words[i, t] < 0:
+                break
+            s = int(transitions[i, s, words[i, t]])
+            states[i, t + 1] = s
+    return states
+
+
+def ref_next_token_pairs(sequences, lengths, start):
+    """(prefix, next token, sequence index) for every predicted position, by loops."""
+    pairs = []
+    for i in range(len(sequences)):
+        for t in range(int(start[i]), int(lengths[i])):
+            pairs.append((np.array(sequences[i, :t]), np.array(sequences[i, t]), i))
+    return pairs
+
+
+def ref_run_turing_machine(next_state, write, move, tapes, n_steps):
+    """States, heads and tapes of bounded-tape Turing machines, by loops (head clamps at the ends)."""
+    n, T = np.asarray(tapes).shape
+    states = np.zeros((n, n_steps + 1), dtype=np.int64)
+    heads = np.zeros((n, n_steps + 1), dtype=np.int64)
+    history = np.zeros((n, n_steps + 1, T), dtype=np.int64)
+    for i in range(n):
+        q, h, tape = 0, 0, [int(c) for c in tapes[i]]
+        history[i, 0] = tape
+        for t in range(n_steps):
+            g = tape[h]
+            tape[h] = int(write[i][q][g])
+            h = min(max(h + int(move[i][q][g]), 0), T - 1)
+            q = int(next_state[i][q][g])
+            states[i, t + 1], heads[i, t + 1] = q, h
+            history[i, t + 1] = tape
+    return states, heads, history
