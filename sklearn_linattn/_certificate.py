@@ -131,7 +131,7 @@ class IdentifiabilityCertificate:
         ``Lambda_D = Phi^T W Phi / sum(w)``.
     min_eigenvalue_error : float
         Bound on the error of ``min_eigenvalue`` beyond rounding: 0 for the
-        direct solvers ("eigh", "svd", "dual"; their error is rounding, about
+        direct solvers ("eigh", "svd", "dual", "lsmr"; their error is rounding, about
         ``psi * eps * max_eigenvalue``); the relative Lanczos accuracy 1e-10
         times the value for "cholesky"; for "cg", where ``min_eigenvalue`` is
         a Rayleigh quotient from LOBPCG (never below the true lambda_min), the
@@ -139,8 +139,12 @@ class IdentifiabilityCertificate:
         or the Kato-Temple bound ``r**2 / (mu - min_eigenvalue)`` once the next
         Ritz value minus its residual, mu, lies above it (valid when LOBPCG
         has found the two smallest eigenvalues, as it does from a random
-        start).  LOBPCG stops when this error is below 1e-4 times the value or
-        after 300 iterations.
+        start).  Value and residuals are computed in float64 even when "cg"
+        multiplies by a float32 cache of the row factors.  LOBPCG stops when
+        this error is below 1e-4 times the value, after 300 iterations, or
+        once its rate of progress, extrapolated to 300 iterations, would
+        reach neither that accuracy nor a decided verdict (stopping early
+        only leaves the reported error larger, never invalid).
     max_eigenvalue : float
         Largest eigenvalue of ``Lambda_D``.
     eigenvalues : ndarray of shape (psi,) or None
@@ -175,7 +179,9 @@ class IdentifiabilityCertificate:
         "dual" keep eigenvectors (what ``covers``, ``error_bound`` and
         ``witness`` use; psi x rank floats, 38 MB at d = 16 when
         identifiable), "cholesky" keeps the Cholesky factor of the Gram matrix
-        instead (same size), "cg" keeps the eigenvector of lambda_min only.
+        instead (same size), "cg" keeps the eigenvector of lambda_min only,
+        "lsmr" keeps eigenvectors in the coordinates of the m active columns
+        (m x rank floats; the inactive columns are null directions).
     readout : {"last", "all"}
         Which feature rows the certificate is about.
     dtype : numpy dtype
@@ -220,6 +226,7 @@ class IdentifiabilityCertificate:
         rank=None,
         trace=None,
         method="eigh",
+        active=None,
     ):
         # Everything is in the units of Lambda_D except ``factor``, the
         # Cholesky factor of the unnormalised Phi^T W Phi (= weight_sum * Lambda_D).
@@ -238,6 +245,9 @@ class IdentifiabilityCertificate:
         )
         if self._eigenvalues is None and self._eigenvectors is not None:
             raise ValueError("eigenvectors need their eigenvalues.")
+        # Columns of the eigenvectors' coordinates (solver "lsmr": the active
+        # columns; the others are null directions); None: all psi columns.
+        self._active = None if active is None else np.asarray(active, dtype=np.intp)
         self.n_rows = int(n_rows)
         self.n_samples = int(n_samples)
         self.weight_sum = float(self.n_rows if weight_sum is None else weight_sum)
@@ -300,12 +310,40 @@ class IdentifiabilityCertificate:
         return self._eigenvectors is not None
 
     def _unavailable(self, what):
+        if self.method == "lsmr":
+            how = ("its Gram matrix on the active columns did not fit the memory budget, "
+                   "so it found only a null vector")
+        else:
+            how = ("it never forms the psi x psi matrix and finds only the eigenvector of "
+                   "lambda_min")
         return ValueError(
             f"{what} needs the null space of Lambda_D, which solver={self.method!r} does "
-            "not compute (it never forms the psi x psi matrix and finds only the "
-            "eigenvector of lambda_min). Certify with a dense solver ('eigh', 'cholesky', "
+            f"not compute ({how}). Certify with a dense solver ('eigh', 'cholesky', "
             "'svd' or 'dual') when psi**2 floats fit in memory."
         )
+
+    def _split(self, H):
+        """Projection of feature rows H (..., psi) on the row space: coordinates and rest.
+
+        Returns ``proj`` (..., rank), the coordinates in the eigenvectors above
+        tol, and a function giving ``h - P h`` per row (what the projection
+        leaves, inactive columns included).
+        """
+        U = self._eigenvectors[:, : self.rank]
+        lead = H.shape[:-1]
+        # One 2-D GEMM: a stacked (n, 1, psi) @ (psi, rank) product would
+        # stream U once per sample.
+        H2 = H.reshape(-1, H.shape[-1])
+        Ha = H2 if self._active is None else H2[:, self._active]
+        proj2 = Ha @ U
+
+        def rest():
+            if self._active is None:
+                return (H2 - proj2 @ U.T).reshape(H.shape)
+            out = H2.copy()
+            out[:, self._active] = Ha - proj2 @ U.T
+            return out.reshape(H.shape)
+        return proj2.reshape(*lead, U.shape[1]), rest
 
     @classmethod
     def _from_solution(
@@ -370,6 +408,7 @@ class IdentifiabilityCertificate:
             rank=solution.rank,
             trace=solution.trace / W,
             method=solution.method,
+            active=solution.active_columns,
         )
 
     # ------------------------------------------------------------------ display
@@ -488,16 +527,16 @@ class IdentifiabilityCertificate:
         hh = np.einsum("ntp,ntp->nt", H, H)
         if self._has_spectrum():
             U, rank = self._eigenvectors, self.rank
-            proj = H @ U[:, :rank]
+            proj, rest = self._split(H)
             lev = np.einsum("ntr,ntr->nt", proj, proj / self.eigenvalues[:rank])
             if self.identifiable:
                 return np.ones(hh.shape, dtype=bool), lev
             if U.shape[1] == self.n_features:  # complete basis: null coordinates
-                null = H @ U[:, rank:]
+                null = (H.reshape(-1, H.shape[-1]) @ U[:, rank:]).reshape(*H.shape[:-1], -1)
                 null_energy = np.einsum("ntk,ntk->nt", null, null)
-            else:  # row basis only: what the projection leaves
-                rest = H - proj @ U[:, :rank].T
-                null_energy = np.einsum("ntp,ntp->nt", rest, rest)
+            else:  # row basis only (on the active columns): what the projection leaves
+                left = rest()
+                null_energy = np.einsum("ntp,ntp->nt", left, left)
             return null_energy <= self._null_abs + self._null_rel * hh, lev
         covered = np.ones(hh.shape, dtype=bool)
         if self._factor is not None:
@@ -708,7 +747,7 @@ class IdentifiabilityCertificate:
                 best = int(np.argmax(null_norm / h_norm))
                 w = U[:, rank:] @ (null[best] / null_norm[best])
             else:
-                rest = h - (h @ U[:, :rank]) @ U[:, :rank].T
+                rest = self._split(h)[1]()
                 null_norm = np.linalg.norm(rest, axis=1)
                 best = int(np.argmax(null_norm / h_norm))
                 w = rest[best] / null_norm[best]
@@ -771,11 +810,15 @@ def certify_identifiability(
         Non-negative weight of each sequence, as in
         ``LinearAttentionRegressor.fit``: ``Lambda_D = Phi^T W Phi / sum(w)``
         over the rows of positive weight (a weight of zero drops a sequence).
-    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg"}, default="auto"
+    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         How the spectrum is computed, as in ``LinearAttentionRegressor``.
         ``"cg"`` never forms the psi x psi matrix: lambda_min and lambda_max
         come from LOBPCG and Lanczos (see ``min_eigenvalue_error``), and a
         failed certificate then offers ``witness()`` but not ``covers()``.
+        ``"lsmr"`` (one-hot data) works on the active columns of the sparse
+        feature rows: the full spectrum when the smaller of their Gram matrix
+        and the row kernel fits in memory, else as ``"cg"`` (an inactive
+        column as null vector).
 
     Returns
     -------

@@ -11,6 +11,8 @@ All functions take zero-filled padded arrays and lengths as returned by
 nothing to ``S``.
 """
 
+import functools
+
 import numpy as np
 
 __all__ = [
@@ -80,7 +82,16 @@ def pair_indices(d):
     >>> pair_indices(2)
     (array([0, 0, 1]), array([0, 1, 1]))
     """
-    return np.triu_indices(d)
+    return _triu_indices(int(d))
+
+
+@functools.lru_cache(maxsize=64)
+def _triu_indices(d):
+    """``np.triu_indices(d)``, computed once per d and read-only (callers share it)."""
+    j, k = np.triu_indices(d)
+    j.setflags(write=False)
+    k.setflags(write=False)
+    return j, k
 
 
 def pair_index_matrix(d):
@@ -119,14 +130,16 @@ def folded_second_moments(X):
     """Folded S = sum_t x_t x_t^T per sequence, shape (n_samples, d(d+1)/2)."""
     n_samples, _, d = X.shape
     j, k = pair_indices(d)
-    # Batched GEMMs for the d x d moments (einsum hands them to BLAS), then a
-    # flat gather of the triangle.
-    S = np.einsum("ntj,ntk->njk", X, X, optimize=True)
+    # Batched GEMMs for the d x d moments, then a flat gather of the triangle.
+    # (matmul: einsum's optimised path is several times slower on long batches.)
+    S = np.matmul(X.transpose(0, 2, 1), X)
     return np.take(S.reshape(n_samples, d * d), j * d + k, axis=1)
 
 
 def last_tokens(X, lengths):
     """The last real token of each sequence, shape (n_samples, d)."""
+    if lengths.size and lengths.min() == X.shape[1]:
+        return X[:, -1]  # no padding: a view, no gather
     return X[np.arange(X.shape[0]), lengths - 1]
 
 
@@ -140,11 +153,21 @@ def _outer_features(S_folded, x):
 
 
 def _prefix_moments(X):
-    """Folded running moments S_t = sum_{s <= t} x_s x_s^T, shape (n, n_tokens, P)."""
+    """Folded running moments S_t = sum_{s <= t} x_s x_s^T, shape (n, n_tokens, P).
+
+    The result is a transposed view of a (P, n, n_tokens) array: products
+    and running sums then run along contiguous token axes (several times
+    faster than along the short pair axis), and the rows of
+    :func:`row_factors` come out with their pairs as columns of a
+    Fortran-ordered matrix, the layout the Gram accumulation wants.
+    """
     j, k = pair_indices(X.shape[2])
-    S = X[:, :, j] * X[:, :, k]
-    np.cumsum(S, axis=1, out=S)
-    return S
+    Xt = np.ascontiguousarray(X.transpose(2, 0, 1))
+    S = np.empty((j.size,) + Xt.shape[1:], dtype=Xt.dtype)
+    for p in range(j.size):
+        np.multiply(Xt[j[p]], Xt[k[p]], out=S[p])
+    np.cumsum(S, axis=2, out=S)
+    return S.transpose(1, 2, 0)
 
 
 def row_factors(X, lengths, readout="last"):
@@ -187,9 +210,17 @@ def row_factors(X, lengths, readout="last"):
     """
     if readout == "last":
         return folded_second_moments(X), last_tokens(X, lengths), np.arange(X.shape[0])
-    real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+    n_samples, n_tokens, d = X.shape
+    # (P, n_samples, n_tokens) running moments; rows are taken along the last
+    # two axes so that S comes out as the transpose of a contiguous array.
+    St = _prefix_moments(X).transpose(2, 0, 1)
+    if lengths.size == 0 or lengths.min() == n_tokens:
+        # No padding: every position is a row, in the same sample-major order.
+        return (St.reshape(St.shape[0], -1).T, X.reshape(-1, d),
+                np.repeat(np.arange(n_samples), n_tokens))
+    real = np.arange(n_tokens)[None, :] < lengths[:, None]
     sample = np.nonzero(real)[0]
-    return _prefix_moments(X)[real], X[real], sample
+    return St[:, real].T, X[real], sample
 
 
 def features_matvec(S, x, coef):

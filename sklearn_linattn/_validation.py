@@ -9,7 +9,7 @@ import numbers
 
 import numpy as np
 import scipy.sparse
-from sklearn.utils.validation import check_array
+from sklearn.utils.validation import assert_all_finite, check_array
 
 __all__ = [
     "check_lengths",
@@ -148,6 +148,9 @@ def sequence_lengths(X, *, name="X"):
     array([3, 2])
     """
     n_samples, n_tokens, _ = X.shape
+    if X.size and not np.isnan(np.sum(X)):
+        # NaN propagates through the sum: without one, every token is real.
+        return np.full(n_samples, n_tokens, dtype=np.int64)
     isnan = np.isnan(X)
     pad = isnan.all(axis=2)
     partial = isnan.any(axis=2) & ~pad
@@ -180,7 +183,7 @@ def sequence_lengths(X, *, name="X"):
 
 
 def check_sequences(
-    X, *, token_dim=None, n_features=None, name="X", fill_value=0.0
+    X, *, token_dim=None, n_features=None, name="X", fill_value=0.0, copy=True
 ):
     """Validate sequence input and return a padded 3-D float array and lengths.
 
@@ -203,11 +206,14 @@ arrays, or array-like of shape (n_samples, n_columns)
         Value written into padded positions of the returned array; None keeps
         the NaN padding.  Zero tokens add nothing to the attention sums, which
         is why the numerical code asks for zeros.
+    copy : bool, default=True
+        False lets the result share memory with the input when no conversion
+        and no filling is needed (for callers that only read it).
 
     Returns
     -------
     X : ndarray of shape (n_samples, n_tokens, d), float64 or float32
-        A new array (the input is never modified).
+        A new array unless ``copy=False`` (the input is never modified).
     lengths : ndarray of shape (n_samples,), int64
         Number of real tokens of each sequence.
 
@@ -279,14 +285,19 @@ arrays, or array-like of shape (n_samples, n_columns)
     X = check_array(
         X,
         dtype=[np.float64, np.float32],
-        ensure_all_finite="allow-nan",
+        ensure_all_finite=False,
         ensure_2d=False,
         allow_nd=True,
         ensure_min_samples=1,
         ensure_min_features=1,
         input_name=name,
-        copy=True,
+        copy=copy,
     )
+    # One pass: a finite sum means no NaN and no infinity (both propagate).
+    # Otherwise scikit-learn's check words the refusal of infinity.
+    finite = bool(np.isfinite(np.sum(X)))
+    if not finite:
+        assert_all_finite(X, allow_nan=True, input_name=name)
     if X.ndim == 2:
         if token_dim is None:
             X = X[:, :, None]
@@ -309,8 +320,14 @@ arrays, or array-like of shape (n_samples, n_columns)
             f"shape {X.shape}."
         )
     _check_token_dimension(X, n_features, name)
-    lengths = sequence_lengths(X, name=name)
-    if fill_value is not None:
+    if finite:
+        lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
+    else:
+        lengths = sequence_lengths(X, name=name)
+    if fill_value is not None and lengths.min() < X.shape[1]:
+        # Only padding can be NaN (sequence_lengths rejects any other NaN).
+        if not copy:
+            X = X.copy()
         X[np.isnan(X)] = fill_value
     return np.ascontiguousarray(X), lengths
 

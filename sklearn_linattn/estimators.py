@@ -322,7 +322,9 @@ class _TrainingData:
             self.n_samples = X.shape[0]
             self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
         else:
-            Xv, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features)
+            # Read only (statistics, solvers, or concatenated): no copy needed.
+            Xv, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features,
+                                          copy=False)
             Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout)
             w = check_sample_weight(sample_weight, Xv.shape[0])
             self._whole = (Xv, lengths, Y, single, w)
@@ -339,7 +341,7 @@ class _TrainingData:
             sl = slice(start, min(start + step, self.n_samples))
             Xc, lc = check_sequences(
                 self.X[sl], token_dim=self.token_dim, n_features=self.n_features,
-                name=f"X[{sl.start}:{sl.stop}]",
+                name=f"X[{sl.start}:{sl.stop}]", copy=False,
             )
             Yc, single = check_targets(
                 self.y[sl], lc, Xc.shape[1], readout=self.readout,
@@ -439,9 +441,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
           smaller of the active Gram matrix and the row kernel when it fits
           in memory.  Never chosen by ``"auto"``.
         - ``"auto"``: ``"cg"`` when the dense psi x psi arrays would take more
-          than half the physical memory; ``"svd"`` (or ``"dual"`` if the design
-          does not fit) for N < psi; otherwise ``"eigh"`` for psi <= 64 and
-          ``"cholesky"`` above.
+          than half the physical memory; ``"dual"`` for N < psi (``"cg"`` if
+          its kernel and row basis do not fit); otherwise ``"eigh"`` for
+          psi <= 64 and ``"cholesky"`` above.
 
         ``partial_fit`` needs ``"auto"``, ``"eigh"`` or ``"cholesky"``.
     token_dim : int or None, default=None

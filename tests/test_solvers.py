@@ -335,8 +335,9 @@ def test_statistics_argument_errors():
     (20000, 40, 2**33, "eigh"),           # tall and tiny: whole spectrum
     (150000, 133120, 2**32, "cg"),        # d = 64: dense would need 142 GB per matrix
     (20000, 2176, 2**26, "cg"),           # 64 MB budget: the dense arrays do not fit
-    (100, 2176, 2**33, "svd"),            # wide, the design fits
-    (1000, 16896, 2 * 10**8, "dual"),     # wide: design (2 x 135 MB) too big, kernel fits
+    (100, 2176, 2**33, "dual"),           # wide: the kernel form is the fast one
+    (1000, 16896, 2 * 10**8, "dual"),     # wide: kernel and row basis (135 MB) fit
+    (3000, 16896, 2 * 10**8, "cg"),       # wide: row basis (405 MB) does not fit
     (30000, 133120, 2**33, "cg"),         # wide, neither fits
 ])
 def test_auto_choice(n_rows, psi, budget, expected):
@@ -349,7 +350,7 @@ def test_auto_statistics_choice_and_default_budget():
     assert choose_solver("auto", 10, 40, statistics=True) == "eigh"
     budget = default_memory_budget()
     assert isinstance(budget, int) and budget > 0
-    assert SOLVERS == ("auto", "eigh", "cholesky", "svd", "dual", "cg")
+    assert SOLVERS == ("auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr")
 
 
 @pytest.mark.parametrize("readout", ["last", "all"])
@@ -447,6 +448,128 @@ def test_cg_certificate_agrees_on_rank_deficient_data(data, readout):
         cg.covers(X)
     with pytest.raises(ValueError, match="solver='cg' does not compute"):
         cg.error_bound(X, 1e-3)
+
+
+@pytest.mark.parametrize("d", [3, 5])  # psi = 18 (rows and SYRK) and 75 (pair products)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+def test_statistics_in_blocks_match_the_reference(monkeypatch, d, weighted, padded):
+    import sklearn_linattn._solvers as solvers_module
+
+    # Blocks of a few rows: several blocks per chunk, the last one partial.
+    monkeypatch.setattr(solvers_module, "_GRAM_BLOCK_VALUES", 300)
+    rng = np.random.default_rng([14, d, weighted, padded])
+    X, lengths, y = _data(rng, 23, 5, d, readout="all", d_out=2, min_len=2 if padded else 5)
+    w = rng.uniform(0.0, 2.0, size=23) if weighted else None
+    stats = SufficientStatistics(d, 2).update(X, lengths, y, readout="all", sample_weight=w)
+    Phi, Y, wr = _reference_rows(X, lengths, y, "all", w)
+    wr = np.ones(Phi.shape[0]) if wr is None else wr
+    G = Phi.T @ (wr[:, None] * Phi)
+    np.testing.assert_allclose(stats.gram, G, rtol=1e-10, atol=1e-12 * np.abs(G).max())
+    M = Phi.T @ (wr[:, None] * Y)
+    np.testing.assert_allclose(stats.moment, M, rtol=1e-10, atol=1e-12 * np.abs(M).max())
+    np.testing.assert_allclose(stats.y_sq, (wr[:, None] * Y**2).sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(stats.y_sum, (wr[:, None] * Y).sum(axis=0), rtol=1e-12)
+    assert stats.n_rows == int(np.count_nonzero(wr > 0))
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cg_row_cache_matches_streaming(readout, weighted):
+    """Cached (float64, float32) and streamed products: same G V, same fit, same certificate."""
+    from sklearn_linattn._solvers import _ImplicitGram, solve_cg
+
+    rng = np.random.default_rng([11, len(readout), weighted])
+    n = 90 if readout == "last" else 25
+    X, lengths, y = _data(rng, n, 6, 4, readout=readout, d_out=2)
+    w = rng.uniform(0.5, 2.0, size=n) if weighted else None
+    if weighted:
+        w[:5] = 0.0  # zero-weight rows are left out of the cache
+    Xz = np.where(np.isnan(X), 0.0, X)
+    Yz = np.where(np.isnan(y), 0.0, y)
+    V = rng.normal(size=(40, 3))
+    ops = {c: _ImplicitGram(Xz, lengths, readout, w, cache_dtype=c)
+           for c in (None, "float64", "float32")}
+    for op in ops.values():
+        op.setup(Yz)
+    streamed = ops[None].matmat(V)
+    assert ops[None].exact and ops["float64"].exact and not ops["float32"].exact
+    np.testing.assert_allclose(ops["float64"].matmat(V), streamed, rtol=1e-12,
+                               atol=1e-12 * np.abs(streamed).max())
+    assert _rel(ops["float32"].matmat(V), streamed) <= 1e-5
+    np.testing.assert_array_equal(ops["float32"].matmat_exact(V), streamed)
+    # Fits: the float32 cache is corrected by exact residuals, so all agree to tol.
+    dense = solve(Xz, lengths, Yz, readout=readout, solver="eigh", sample_weight=w)[0]
+    for cache in (None, "float64", "float32"):
+        sol, _ = solve_cg(Xz, lengths, Yz, readout=readout, sample_weight=w, tol=1e-12,
+                          max_iter=5000, cache_dtype=cache)
+        assert _rel(sol.coef, dense.coef) <= 1e-9, cache
+        assert sol.lambda_max == pytest.approx(dense.lambda_max, rel=1e-6)
+        assert sol.lambda_min >= dense.lambda_min - 10 * dense.tol
+        assert abs(sol.lambda_min - dense.lambda_min) <= sol.lambda_min_error + 10 * dense.tol
+
+
+def test_cg_float32_cache_certifies_rank_deficient_data():
+    """A float32 cache does not hide a null space: same verdict and witness as eigh."""
+    from sklearn_linattn._solvers import solve_cg
+
+    rng = np.random.default_rng(15)
+    # Tokens in a 3-dimensional subspace of R^4: the Gram matrix is singular.
+    X = rng.normal(size=(120, 6, 3)) @ rng.normal(size=(3, 4))
+    lengths = np.full(120, 6)
+    y = rng.normal(size=(120, 1))
+    dense = solve(X, lengths, y, solver="eigh")[0]
+    sol, _ = solve_cg(X, lengths, y, tol=1e-12, max_iter=5000, cache_dtype="float32")
+    assert dense.rank < 40 and sol.rank_is_bound and sol.rank >= dense.rank
+    assert not sol.lambda_min - sol.lambda_min_error > sol.tol
+    assert sol.lambda_min <= 1e3 * dense.tol
+    # The eigenvector is a null vector of the exact Gram matrix.
+    Phi = ref_features(X, lengths)
+    v = sol.min_eigenvector
+    assert np.linalg.norm(Phi @ v) <= 1e-5 * np.linalg.norm(Phi, 2)
+    # Fitted values agree with the minimum-norm solution's on the training rows.
+    assert _rel(Phi @ sol.coef.T, Phi @ dense.coef.T) <= 1e-9
+
+
+def test_cg_cache_follows_the_memory_budget():
+    from sklearn_linattn._solvers import _cg_cache_dtype
+
+    # d = 64, N = 150000: 2.6 GB in float64, 1.3 GB in float32.
+    assert _cg_cache_dtype(150000, 64, memory_budget=2**34 + 2**33) == np.float64
+    assert _cg_cache_dtype(150000, 64, memory_budget=2**33 + 2**32) == np.float32
+    assert _cg_cache_dtype(150000, 64, memory_budget=2**32) is None
+    rng = np.random.default_rng(12)
+    X, lengths, y = _data(rng, 80, 6, 4)
+    X = np.where(np.isnan(X), 0.0, X)
+    coefs = [solve(X, lengths, y, solver="cg", tol=1e-12, memory_budget=b)[0].coef
+             for b in (2**30, 8 * 80 * 15 * 6, 10)]  # float64, float32, no cache
+    for c in coefs[1:]:
+        assert _rel(c, coefs[0]) <= 1e-9
+
+
+def test_pcg_residual_replacement_stops_on_exact_residuals():
+    """With an inexact product, CG's stopping rule holds for the exact system."""
+    from sklearn_linattn._solvers import _pcg
+
+    rng = np.random.default_rng(13)
+    A = rng.normal(size=(60, 30))
+    G = A.T @ A
+    noise = rng.normal(size=G.shape) * 1e-6 * np.abs(G).max()
+    noise = (noise + noise.T) / 2
+    b = rng.normal(size=(30, 2))
+    calls = []
+
+    def exact(V):
+        calls.append(V.shape[1])
+        return G @ V
+
+    X, n_iter, rel = _pcg(lambda V: (G + noise) @ V, b, lambda R, definite=False: R, 0.0,
+                          1e-12, 2000, exact=exact)
+    assert np.all(rel <= 1e-12) and calls
+    assert _rel(X, np.linalg.solve(G, b)) <= 1e-9
+    # Without the exact product, CG converges to the perturbed system.
+    Xp, _, _ = _pcg(lambda V: (G + noise) @ V, b, lambda R, definite=False: R, 0.0, 1e-12, 2000)
+    assert _rel(Xp, np.linalg.solve(G, b)) > 1e-8
 
 
 def test_certify_identifiability_solver_argument():

@@ -203,5 +203,7 @@ def test_cg_reads_float32_sequences_in_place(small_chunks):
     X = rng.normal(size=(8000, 32, 3)).astype(np.float32)
     y = rng.normal(size=8000)
     peak = _peak_bytes(lambda: LinearAttentionRegressor(solver="cg").fit(X, y))
-    # No copy of X (3 MB), only lengths, targets and chunks.
-    assert peak < X.nbytes / 4
+    # No copy of X (3 MB), only lengths, targets, chunks and the cache of the
+    # row factors (8000 rows of P + d = 9 float64 values, 0.6 MB).
+    cache = 8000 * 9 * 8
+    assert peak < X.nbytes / 4 + cache

@@ -340,7 +340,7 @@ BAD_PARAMS = [
     ({"n_heads": "2"}, TypeError, r"n_heads must be None or an integer >= 1; got '2'"),
     ({"n_heads": True}, TypeError, r"n_heads must be None or an integer >= 1; got True"),
     ({"solver": "lsqr"}, ValueError,
-     r"solver must be one of \('auto', 'eigh', 'cholesky', 'svd', 'dual', 'cg'\); "
+     r"solver must be one of \('auto', 'eigh', 'cholesky', 'svd', 'dual', 'cg', 'lsmr'\); "
      r"got 'lsqr'"),
     ({"solver": "SVD"}, ValueError, r"solver must be one of .*; got 'SVD'"),
     ({"solver": None}, ValueError, r"solver must be one of .*; got None"),
