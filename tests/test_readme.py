@@ -6,13 +6,16 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def test_readme_python_example_runs():
+def test_readme_python_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert blocks, "README.md has no python example"
     namespace = {}
-    exec(compile(blocks[0], str(README), "exec"), namespace)
+    for block in blocks:  # in order, sharing imports, as a reader would run them
+        exec(compile(block, str(README), "exec"), namespace)
     model = namespace["model"]
     assert model.n_heads_ == 2 and bool(model.certificate_)
+    if "executor" in namespace:
+        assert namespace["executor"].V.shape == (6, 44, 44)
 
 
 def test_readme_has_exactly_two_setup_commands():
