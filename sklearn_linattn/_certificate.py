@@ -38,6 +38,7 @@ from ._features import (
     prefix_features,
 )
 from ._mhla import heads_from_coefficients
+from ._sparse import sparse_feature_rows
 from ._solvers import SOLVERS, solve, solve_eigh
 from ._validation import (
     check_scalar,
@@ -48,6 +49,14 @@ from ._validation import (
 )
 
 __all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability"]
+
+# covers() and error_bound() build sparse feature rows for chunks of inputs
+# with at most this fraction of non-zero entries (one-hot tokens), when psi is
+# at least _SPARSE_MIN_PSI: there the null energy is computed from the
+# projection alone, whose cancellation error (a few eps ||h||^2) stays far
+# below the coverage rule's relative allowance psi * eps * ||h||^2.
+_SPARSE_DENSITY = 0.25
+_SPARSE_MIN_PSI = 1000
 
 # Random candidate inputs tried by ``witness``; the one whose features stick
 # out of the training span the most (relative to their norm) is returned.
@@ -248,6 +257,7 @@ class IdentifiabilityCertificate:
         # Columns of the eigenvectors' coordinates (solver "lsmr": the active
         # columns; the others are null directions); None: all psi columns.
         self._active = None if active is None else np.asarray(active, dtype=np.intp)
+        self._basis_gram = None  # U^T U of the row basis, for sparse coverage
         self.n_rows = int(n_rows)
         self.n_samples = int(n_samples)
         self.weight_sum = float(self.n_rows if weight_sum is None else weight_sum)
@@ -511,8 +521,18 @@ class IdentifiabilityCertificate:
         rows_per_sample = 1 if self.readout == "last" else X.shape[1]
         covered = np.empty(n_samples, dtype=bool)
         leverage = np.empty(n_samples)
+        sparse_ok = self._has_spectrum() and self.n_features >= _SPARSE_MIN_PSI
         for sl in iter_sample_chunks(n_samples, rows_per_sample * self.n_features):
             Xc = np.asarray(X[sl], dtype=np.float64)
+            if sparse_ok and np.count_nonzero(np.nan_to_num(Xc)) <= _SPARSE_DENSITY * Xc.size:
+                Hs, sample = sparse_feature_rows(Xc, lengths[sl], self.readout)
+                row_cov, lev = self._sparse_row_coverage(Hs)
+                n = Xc.shape[0]
+                covered[sl] = np.bincount(sample, weights=~row_cov, minlength=n) == 0
+                worst = np.full(n, -np.inf)
+                np.maximum.at(worst, sample, np.where(row_cov, lev, np.inf))
+                leverage[sl] = worst
+                continue
             if self.readout == "last":
                 H = attention_features(Xc, lengths[sl])[:, None, :]
             else:
@@ -547,6 +567,28 @@ class IdentifiabilityCertificate:
             return covered, self.weight_sum * np.einsum("pk,pk->k", z, z).reshape(hh.shape)
         # Matrix-free certificate: the coarse bound ||h||^2 / lambda_min.
         return covered, hh / (self.min_eigenvalue - self.min_eigenvalue_error)
+
+    def _sparse_row_coverage(self, Hs):
+        """``_row_coverage`` for sparse rows Hs (n_rows, psi) of a certificate with a spectrum."""
+        rank = self.rank
+        U = self._eigenvectors[:, :rank]
+        Ha = Hs if self._active is None else Hs[:, self._active]
+        proj = np.asarray(Ha @ U)
+        hh = np.asarray(Hs.multiply(Hs).sum(axis=1)).ravel()
+        lev = (proj * proj / self.eigenvalues[:rank]).sum(axis=1)
+        if self.identifiable:
+            return np.ones(hh.shape, dtype=bool), lev
+        if self._active is None and self._eigenvectors.shape[1] == self.n_features:
+            null = np.asarray(Hs @ self._eigenvectors[:, rank:])
+            null_energy = (null * null).sum(axis=1)
+        else:
+            # ||h - U p||^2 = ||h||^2 - 2 p.p + p^T (U^T U) p with p = U^T h,
+            # without forming the psi-wide rest (U^T U is not assumed to be I).
+            if self._basis_gram is None:
+                self._basis_gram = U.T @ U
+            null_energy = hh - 2 * (proj * proj).sum(axis=1) + (
+                (proj @ self._basis_gram) * proj).sum(axis=1)
+        return null_energy <= self._null_abs + self._null_rel * hh, lev
 
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
@@ -589,6 +631,14 @@ class IdentifiabilityCertificate:
         (W the total weight, w_min the smallest positive one).  A failed
         certificate from ``solver="cg"`` cannot answer (it has one null
         direction, not the null space) and raises a ValueError.
+
+        Inputs whose entries are mostly zero (at most a quarter, e.g. one-hot
+        tokens) get sparse feature rows when psi >= 1000; the null energy is
+        then ``||h||**2 - 2 p.p + p^T (U^T U) p`` with ``p = U^T h`` for the
+        row basis U, whose cancellation error (a few ``eps * ||h||**2``) is
+        far below the rule's relative allowance.  Same answers, at the cost
+        of the non-zeros (600 held-out prefixes of a DFA executor at psi =
+        22 050: 0.02 s instead of 0.4 s).
 
         Examples
         --------

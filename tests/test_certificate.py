@@ -583,3 +583,27 @@ def test_regressor_certificate_equals_standalone(readout, identifiable):
         pred = model.predict(X)
         pred = pred if pred.ndim == pred_b.ndim else pred[..., None]
         np.testing.assert_allclose(pred_b, pred, rtol=0, atol=1e-9 * np.nanmax(np.abs(pred)))
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("solver", ["eigh", "dual", "lsmr"])
+def test_covers_on_sparse_inputs_matches_the_dense_computation(monkeypatch, readout, solver):
+    # One-hot tokens take the sparse-rows path of covers() and error_bound().
+    from sklearn_linattn import _certificate
+
+    rng = np.random.default_rng(0)
+    d = 13  # psi = 1183 >= the sparse path's minimum
+    n_train = 60 if solver != "eigh" else 400
+    X = np.eye(d)[rng.integers(0, 4, size=(n_train, 3))]  # 4 of the 13 symbols
+    X_new = np.eye(d)[rng.integers(0, 5, size=(40, 4))]  # a fifth symbol: often not covered
+    X_new[:5, 3:] = np.nan
+    cert = certify_identifiability(X, readout=readout, solver=solver)
+    assert not cert
+    sparse = cert.covers(X_new), cert.error_bound(X_new, 1e-3)
+    monkeypatch.setattr(_certificate, "_SPARSE_DENSITY", -1.0)  # force the dense path
+    dense = cert.covers(X_new), cert.error_bound(X_new, 1e-3)
+    np.testing.assert_array_equal(sparse[0], dense[0])
+    assert 0 < sparse[0].sum() < len(X_new)
+    np.testing.assert_allclose(sparse[1], dense[1], rtol=1e-10)
+    monkeypatch.setattr(_certificate, "_SPARSE_DENSITY", 0.25)
+    assert cert.covers(X).all()
