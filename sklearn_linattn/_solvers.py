@@ -1315,9 +1315,11 @@ def _implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK):
     values = np.concatenate([theta, values[2:]])
     if error > target and theta[0] - error <= tol < theta[0]:
         warnings.warn(
-            f"LOBPCG resolved lambda_min of the feature Gram matrix only to {error:.3g} "
-            f"after {n_iter} iterations, which cannot tell it from the zero threshold "
-            f"{tol:.3g}: the certificate says 'not identifiable' for lack of accuracy.",
+            f"LOBPCG resolved lambda_min = {theta[0]:.3g} of the unnormalised Gram matrix "
+            f"Phi^T W Phi only to +-{error:.3g} after {n_iter} iterations, which cannot tell "
+            f"it from the zero threshold {tol:.3g} (same units; the certificate reports all "
+            "three divided by the sum of the row weights): it says 'not identifiable' for "
+            "lack of accuracy.",
             ConvergenceWarning,
         )
     return dict(lambda_max=lam_max, lambda_min=max(float(theta[0]), 0.0), error=error,
