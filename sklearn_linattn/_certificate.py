@@ -557,7 +557,7 @@ class IdentifiabilityCertificate:
             else:  # row basis only (on the active columns): what the projection leaves
                 left = rest()
                 null_energy = np.einsum("ntp,ntp->nt", left, left)
-            return null_energy <= self._null_abs + self._null_rel * hh, lev
+            return self._in_span(null_energy, hh), lev
         covered = np.ones(hh.shape, dtype=bool)
         if self._factor is not None:
             # h^T Lambda_D^{-1} h = W ||L^{-1} h||^2 with G = L L^T.
@@ -567,6 +567,10 @@ class IdentifiabilityCertificate:
             return covered, self.weight_sum * np.einsum("pk,pk->k", z, z).reshape(hh.shape)
         # Matrix-free certificate: the coarse bound ||h||^2 / lambda_min.
         return covered, hh / (self.min_eigenvalue - self.min_eigenvalue_error)
+
+    def _in_span(self, null_energy, hh):
+        """The coverage rule (see ``covers``): null energy within the allowance."""
+        return null_energy <= self._null_abs + self._null_rel * hh
 
     def _sparse_row_coverage(self, Hs):
         """``_row_coverage`` for sparse rows Hs (n_rows, psi) of a certificate with a spectrum."""
@@ -588,7 +592,7 @@ class IdentifiabilityCertificate:
                 self._basis_gram = U.T @ U
             null_energy = hh - 2 * (proj * proj).sum(axis=1) + (
                 (proj @ self._basis_gram) * proj).sum(axis=1)
-        return null_energy <= self._null_abs + self._null_rel * hh, lev
+        return self._in_span(null_energy, hh), lev
 
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.

@@ -71,6 +71,16 @@ def _as_map(table, name):
     )
 
 
+def _layout(attributes):
+    """One-hot layout of attributes in declaration order: slices, d, value -> index maps."""
+    layout, offset = {}, 0
+    for attr, values in attributes.items():
+        layout[attr] = slice(offset, offset + len(values))
+        offset += len(values)
+    index = {attr: {v: i for i, v in enumerate(values)} for attr, values in attributes.items()}
+    return layout, offset, index
+
+
 def _is_tokens(prompts):
     """Whether prompts are attribute mappings (for encode) rather than vectors."""
     if isinstance(prompts, np.ndarray) or not isinstance(prompts, (list, tuple)) or not prompts:
@@ -166,14 +176,13 @@ class Program:
         """
         if not isinstance(name, str):
             raise TypeError(f"attribute name must be a str; got {type(name).__name__}.")
-        if name in self._attributes:
-            what = "is reserved for positions" if name == POSITION else "is already declared"
-            raise ValueError(f"attribute {name!r} {what}.")
         if name == POSITION:
             raise ValueError(
                 f"attribute name {POSITION!r} is reserved: pass max_length to Program for "
                 "positional encodings."
             )
+        if name in self._attributes:
+            raise ValueError(f"attribute {name!r} is already declared.")
         self._add(name, values)
         return self
 
@@ -322,13 +331,7 @@ class Program:
         """
         if not self._lookups:
             raise ValueError("the program has no lookup: add at least one before compile().")
-        layout, offset = {}, 0
-        for attr, values in self._attributes.items():
-            layout[attr] = slice(offset, offset + len(values))
-            offset += len(values)
-        d = offset
-        index = {attr: {v: i for i, v in enumerate(values)}
-                 for attr, values in self._attributes.items()}
+        layout, d, index = _layout(self._attributes)
         heads = list(self._lookups)
         if self.max_length is not None:
             last = self.max_length - 1
@@ -394,18 +397,12 @@ class CompiledProgram:
 
     def __init__(self, attributes, V, Q, *, head_names, max_length=None):
         self.attributes = dict(attributes)
-        self.layout, offset = {}, 0
-        for attr, values in self.attributes.items():
-            self.layout[attr] = slice(offset, offset + len(values))
-            offset += len(values)
-        self.d = offset
+        self.layout, self.d, self._index = _layout(self.attributes)
         self.V = np.asarray(V, dtype=np.float64)
         self.Q = np.asarray(Q, dtype=np.float64)
         self.n_heads = self.V.shape[0]
         self.head_names = list(head_names)
         self.max_length = max_length
-        self._index = {attr: {v: i for i, v in enumerate(values)}
-                       for attr, values in self.attributes.items()}
 
     def __repr__(self):
         return (
@@ -801,6 +798,19 @@ def run_dfa(transitions, words, *, start=0):
     return states
 
 
+def _rule_table_codes(attributes, n, n_tok, *, key, shape, width):
+    """Codes of ``n`` prompts of ``n_tok`` tokens, all absent but a rule table.
+
+    The first ``shape[0] * shape[1]`` tokens get ``key`` = the pair (i, j),
+    row-major, in a product alphabet with ``width`` values of j (the
+    program's bound, which may exceed ``shape[1]``).
+    """
+    codes = {attr: np.full((n, n_tok), -1, dtype=np.int64) for attr in attributes}
+    i, j = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    codes[key][:, : i.size] = (i * width + j).ravel()
+    return codes
+
+
 def _check_dfa(transitions, words):
     transitions = np.asarray(transitions)
     words = np.asarray(words)
@@ -879,15 +889,16 @@ class DFAExecutor(CompiledProgram):
             ``n_states * alphabet_size`` table tokens, the word's tokens, then
             the start token (state 0 at step 0); NaN-padded for shorter words.
         """
-        transitions, words, lengths = self._check_bounds(transitions, words)
+        return self._prompts(*self._check_bounds(transitions, words))
+
+    def _prompts(self, transitions, words, lengths):
         n, S, A = transitions.shape
         L = words.shape[1]
         n_table = S * A
         n_tok = n_table + L + 1
-        codes = {attr: np.full((n, n_tok), -1, dtype=np.int64)
-                 for attr in ("table_key", "table_next", "word_index", "letter_at", "state_at")}
-        s, w = np.meshgrid(np.arange(S), np.arange(A), indexing="ij")
-        codes["table_key"][:, :n_table] = (s * self.alphabet_size + w).ravel()
+        codes = _rule_table_codes(
+            ("table_key", "table_next", "word_index", "letter_at", "state_at"), n, n_tok,
+            key="table_key", shape=(S, A), width=self.alphabet_size)
         codes["table_next"][:, :n_table] = transitions.reshape(n, n_table)
         t = np.arange(L)
         present = words >= 0
@@ -917,14 +928,15 @@ class DFAExecutor(CompiledProgram):
             Each prompt and its ``2 * len(word)`` history tokens (a letter
             token, then a state token, per letter), NaN-padded.
         """
-        X = self.prompts(transitions, words)
-        lengths = np.asarray(words) >= 0
-        lengths = lengths.sum(axis=1)
+        return self._histories(*self._check_bounds(transitions, words), model)
+
+    def _histories(self, transitions, words, lengths, model):
+        X = self._prompts(transitions, words, lengths)
         n_steps = 2 * int(lengths.max())
         out = (self.run(X, n_steps) if model is None
                else model.generate(X, n_steps, rounding=self.round))
         # Cut what shorter words generated past their last state.
-        n_table = X.shape[1] - np.asarray(words).shape[1] - 1
+        n_table = transitions.shape[1] * transitions.shape[2]
         end = n_table + 3 * lengths + 1
         out[np.arange(out.shape[1])[None, :] >= end[:, None]] = np.nan
         return out[:, : int(end.max())]
@@ -943,11 +955,10 @@ class DFAExecutor(CompiledProgram):
             model's state token is not a clean one-hot of a (state, step) pair
             with the right step.
         """
-        out = self.histories(transitions, words, model=model)
-        words = np.asarray(words)
+        transitions, words, lengths = self._check_bounds(transitions, words)
+        out = self._histories(transitions, words, lengths, model)
         n, L = words.shape
-        lengths = (words >= 0).sum(axis=1)
-        n_table = np.asarray(transitions).shape[1] * np.asarray(transitions).shape[2]
+        n_table = transitions.shape[1] * transitions.shape[2]
         steps = np.arange(L + 1)
         pos = n_table + lengths[:, None] + 2 * steps[None, :]  # state tokens
         live = steps[None, :] <= lengths[:, None]
@@ -1176,10 +1187,8 @@ class TuringMachineSimulator(CompiledProgram):
         T = self.tape_length
         n_rules = S * G
         n_tok = n_rules + T + 1
-        codes = {attr: np.full((n, n_tok), -1, dtype=np.int64)
-                 for attr in ("rule_key", "rule_action", "cell", "plus", "state")}
-        q, g = np.meshgrid(np.arange(S), np.arange(G), indexing="ij")
-        codes["rule_key"][:, :n_rules] = (q * self.n_symbols + g).ravel()
+        codes = _rule_table_codes(("rule_key", "rule_action", "cell", "plus", "state"), n,
+                                  n_tok, key="rule_key", shape=(S, G), width=self.n_symbols)
         # rule_action holds (next state, symbol written, move), in product order.
         action = ((next_state * self.n_symbols + write) * len(MOVES) + (move + 1))
         codes["rule_action"][:, :n_rules] = action.reshape(n, n_rules)
@@ -1235,17 +1244,15 @@ class TuringMachineSimulator(CompiledProgram):
         states = np.where(code >= 0, code // T, -1)
         heads = np.where(code >= 0, code % T, -1)
         written = self.values(out[:, start + 2::3], "plus")  # (n, n_steps)
-        tape = np.asarray(tapes).astype(np.int64)
         history = np.empty((n, n_steps + 1, T), dtype=np.int64)
-        history[:, 0] = tape
+        history[:, 0] = tapes
         rows = np.arange(n)
         for t in range(n_steps):  # replay the writes, vectorised over machines
-            tape = tape.copy()
+            history[:, t + 1] = history[:, t]
             ok = written[:, t] >= 0
             cell, symbol = np.divmod(written[:, t], G)
-            tape[rows[ok], cell[ok]] = symbol[ok]
-            tape[~ok] = -1
-            history[:, t + 1] = tape
+            history[rows[ok], t + 1, cell[ok]] = symbol[ok]
+            history[~ok, t + 1] = -1
         return states, heads, history
 
 
