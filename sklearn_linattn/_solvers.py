@@ -88,6 +88,16 @@ _LOBPCG_RTOL = 1e-4
 _LOBPCG_FIRST_ROUND = 30
 _LOBPCG_ROUND = 30
 _LOBPCG_MAX_ITER = 300
+# "cg" certificate, first stage: preconditioned CG from a random right-hand
+# side (Lanczos on the pencil (G, M), M the Kronecker preconditioner), a check
+# for a null direction every _PENCIL_CHECK steps, at most _PENCIL_MAX_ITER
+# steps (fewer when the float32 Lanczos vectors would take more than
+# _PENCIL_MEMORY_FRACTION of the memory budget).
+_PENCIL_CHECK = 10
+# Its randomized lower bound holds except with probability _RANDOM_DELTA * sqrt(2 / pi).
+_RANDOM_DELTA = 1e-3
+_PENCIL_MAX_ITER = 600
+_PENCIL_MEMORY_FRACTION = 1 / 16
 # Default iteration cap of "cg".
 _CG_MAX_ITER = 1000
 # "cg" caches the row factors (folded moments, last tokens, weights) in
@@ -1150,19 +1160,29 @@ class _KroneckerPreconditioner:
             self.inv[keep] = 1.0 / D[keep]
         floor = eigenvalue_tolerance(D.max(), self.P * self.d, dtype)
         self.inv_definite = 1.0 / np.maximum(D, max(floor, np.finfo(np.float64).tiny))
+        # Extreme eigenvalues of the definite M (the inverse of inv_definite).
+        self.min_eigenvalue = float(1.0 / self.inv_definite.max())
+        self.max_eigenvalue = float(1.0 / self.inv_definite.min())
 
     def apply(self, R, definite=False):
+        return self._diagonal_product(R, self.inv_definite if definite else self.inv)
+
+    def multiply(self, R):
+        """``M R`` for the definite M whose inverse is ``apply(R, definite=True)``."""
+        return self._diagonal_product(R, 1.0 / self.inv_definite)
+
+    def _diagonal_product(self, R, diagonal):
         R = np.asarray(R, dtype=np.float64)
         if R.ndim == 1:
-            return self.apply(R[:, None], definite)[:, 0]
+            return self._diagonal_product(R[:, None], diagonal)[:, 0]
         k = R.shape[1]
         R3 = R.T.reshape(k, self.P, self.d)
         Z = self.Ua.T @ R3 @ self.Ub
-        Z *= self.inv_definite if definite else self.inv
+        Z *= diagonal
         return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
 
 
-def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None):
+def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None, record=None, stop=None):
     """Preconditioned CG on ``(G + alpha I) X = Bm``, one independent recurrence per column.
 
     Columns stop when ``||residual|| <= rtol * ||b||``; the products of the
@@ -1174,6 +1194,10 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None):
     van der Vorst and Ye 2000) whenever it has fallen by ``_CG_REPLACE``
     since the last replacement, and before a column stops: only exact
     residuals stop a column, so ``rtol`` holds for the exact system.
+
+    ``record`` (a :class:`_LanczosRecord`) keeps the Lanczos vectors and
+    coefficients of the first column; ``stop(n_iter)``, checked before every
+    iteration, ends all columns when it returns True.
     """
     psi, k = Bm.shape
     X = np.zeros_like(Bm)
@@ -1182,6 +1206,8 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None):
     Z = precond(R)
     D = Z.copy()
     rz = np.einsum("ik,ik->k", R, Z)
+    if record is not None:
+        record.add(Z[:, 0], rz[0])
     active = (bnorm > 0) & (rz > 0)
     rel = np.where(bnorm > 0, 1.0, 0.0)
     replaced = rel.copy()  # relative residual at the last replacement
@@ -1200,7 +1226,7 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None):
                 replaced[idx] = rel[idx]
                 rz[idx] = np.einsum("ik,ik->k", R[:, idx], precond(R[:, idx]))
         active &= rel > rtol
-        if not active.any() or n_iter >= max_iter:
+        if not active.any() or n_iter >= max_iter or (stop is not None and stop(n_iter)):
             break
         idx = np.flatnonzero(active)
         Da = D[:, idx]
@@ -1217,6 +1243,11 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None):
         beta = np.where(rz[idx] > 0, rz_new / np.where(rz[idx] > 0, rz[idx], 1.0), 0.0)
         D[:, idx] = Za + beta * Da
         rz[idx] = rz_new
+        if record is not None and idx[0] == 0:
+            if ok[0]:
+                record.add(Za[:, 0], rz_new[0], step[0], beta[0])
+            else:
+                record.null_direction = Da[:, 0].copy()  # G d = 0 to rounding
         active[idx[~ok | (rz_new <= 0)]] = False  # exact solution or breakdown
         n_iter += 1
     nonzero = bnorm > 0
@@ -1232,31 +1263,162 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None):
     return X, n_iter, rel
 
 
-def _implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK):
-    """lambda_max, lambda_min (with eigenvector and residual bound) of the implicit G.
+class _LanczosRecord:
+    """Lanczos vectors and coefficients of the first column of preconditioned CG.
+
+    Preconditioned CG on ``G x = b`` (preconditioner ``M^{-1}``) is Lanczos on
+    the pencil ``(G, M)``: the vectors ``(-1)^k z_k / sqrt(r_k^T z_k)`` (z_k
+    the preconditioned residuals) are M-orthonormal, and the step lengths
+    alpha_k and ratios beta_k give their tridiagonal matrix,
+    ``T_kk = 1/alpha_k + beta_{k-1}/alpha_{k-1}``, ``T_{k,k+1} =
+    sqrt(beta_k)/alpha_k``.  Vectors are kept in float32 (for Ritz vectors
+    that are then checked with exact products).
+    """
+
+    def __init__(self, psi, max_steps):
+        self.vectors = np.empty((max_steps, psi), dtype=np.float32)
+        self.alphas, self.betas = np.empty(max_steps), np.empty(max_steps)
+        self.k = 0  # completed steps (alpha_k, beta_k known)
+        self.null_direction = None
+
+    def add(self, z, rz, alpha=None, beta=None):
+        """Record the step just taken (alpha, beta), then the new residual's vector."""
+        if alpha is not None:
+            self.alphas[self.k], self.betas[self.k] = alpha, beta
+            self.k += 1
+        if self.k < self.vectors.shape[0] and rz > 0:
+            self.vectors[self.k] = z * ((-1.0) ** self.k / np.sqrt(rz))
+
+    @property
+    def full(self):
+        return self.k >= self.vectors.shape[0]
+
+    def ritz(self, n):
+        """The n smallest Ritz values of the pencil and their coefficient vectors."""
+        k, a, b = self.k, self.alphas, self.betas
+        diag = 1.0 / a[:k]
+        diag[1:] += b[: k - 1] / a[: k - 1]
+        if k == 1:
+            return diag, np.ones((1, 1))
+        return scipy.linalg.eigh_tridiagonal(diag, np.sqrt(b[: k - 1]) / a[: k - 1],
+                                             select="i", select_range=(0, min(n, k) - 1))
+
+    def ritz_vectors(self, Y):
+        return (self.vectors[: self.k].T @ Y.astype(np.float32)).astype(np.float64)
+
+
+def _pencil_lanczos(op, precond, tol, block, memory_budget=None):
+    """Bounds on lambda_min of the implicit G: a randomized lower one, a Rayleigh quotient above.
+
+    Preconditioned CG (:func:`_pcg`, M^{-1} the definite Kronecker
+    preconditioner) solves ``G x = b`` for a standard normal b.  For a unit
+    eigenvector u of lambda_min, ``u^T r = u^T b - lambda_min u^T x`` with
+    ``r = b - G x``, so ``lambda_min >= (|u^T b| - ||r||) / ||x||``; u does
+    not depend on b, so ``u^T b`` is standard normal and ``|u^T b| >= delta``
+    except with probability ``<= delta sqrt(2 / pi)``.  Hence
+
+        lower = (delta - ||r||) / ||x||,  delta = 1e-3,
+
+    is a lower bound on lambda_min except with probability 8e-4 over b,
+    whatever the data, with ``r`` the exact (float64) residual.  CG stops
+    when ``||r|| <= delta / 2`` (then lower is within a factor 2 of what the
+    bound can give), when its first column's Lanczos matrix (CG is Lanczos
+    on the pencil ``(G, M)``, :class:`_LanczosRecord`) has a Ritz value
+    theta_1 with ``theta_1 lambda_max(M) <= tol`` (a null direction: no
+    solution to converge to), or after ``_PENCIL_MAX_ITER`` steps (fewer when
+    the float32 Lanczos vectors would take more than 1/16 of the memory
+    budget).  The Ritz vectors of the ``block`` smallest Ritz values then get
+    an exact Rayleigh-Ritz step of the pencil; ``upper`` is the smallest
+    Rayleigh quotient of G among them (a lambda_min ``<= upper`` for sure).
+
+    Returns
+    -------
+    dict with lower, upper, vector (of upper), vectors (all, for LOBPCG),
+    values (the Rayleigh quotients of G, increasing), n_iter.
+    """
+    psi = op.psi
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    max_iter = int(min(_PENCIL_MAX_ITER, max(2 * _PENCIL_CHECK,
+                                             _PENCIL_MEMORY_FRACTION * budget // (4 * psi))))
+    record = _LanczosRecord(psi, max_iter)
+    m_max = precond.max_eigenvalue
+    b = _start_vectors(psi, 2)[:, 1:]
+
+    def stop(n_iter):
+        if record.full:
+            return True
+        if n_iter == 0 or n_iter % _PENCIL_CHECK:
+            return False
+        return bool(record.ritz(1)[0][0] * m_max <= tol)
+
+    def inverse(R):
+        return precond.apply(R, True)
+
+    x, n_iter, _ = _pcg(op.matmat, b, inverse, 0.0, 0.5 * _RANDOM_DELTA / np.linalg.norm(b),
+                        max_iter, exact=None if op.exact else op.matmat_exact, record=record,
+                        stop=stop)
+    x = x[:, 0]
+    residual = np.linalg.norm(b[:, 0] - op.matmat_exact(x[:, None])[:, 0])
+    x_norm = np.linalg.norm(x)
+    lower = (_RANDOM_DELTA - residual) / x_norm if x_norm > 0 else -np.inf
+
+    vectors = []
+    if record.k > 0:
+        vectors.append(record.ritz_vectors(record.ritz(block)[1]))
+    if record.null_direction is not None:
+        vectors.append(record.null_direction[:, None])
+    if not vectors:
+        vectors.append(b)
+    W = np.linalg.qr(np.hstack(vectors))[0]
+    # Exact Rayleigh-Ritz of the pencil on span(W).
+    GW, MW = op.matmat_exact(W), precond.multiply(W)
+    _, C = scipy.linalg.eigh((W.T @ GW + GW.T @ W) / 2, (W.T @ MW + MW.T @ W) / 2)
+    W, GW = W @ C, GW @ C
+    rho = np.einsum("ik,ik->k", W, GW) / np.einsum("ik,ik->k", W, W)
+    order = np.argsort(rho)
+    best = order[0]
+    return dict(lower=float(lower), upper=max(float(rho[best]), 0.0),
+                vector=W[:, best] / np.linalg.norm(W[:, best]), vectors=W[:, order],
+                values=np.clip(rho[order], 0.0, None), n_iter=n_iter)
+
+
+def _implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=None):
+    """lambda_max, lambda_min (with eigenvector and error bound) of the implicit G.
 
     lambda_max by Lanczos (ARPACK, relative accuracy 1e-8; on a float32
     cache, Lanczos to 1e-4 and then the exact float64 Rayleigh quotient of
     its Ritz vector, a lower bound with error of order 1e-8 relative).
-    lambda_min by LOBPCG with the Kronecker preconditioner and a block of
-    ``block`` vectors, run in rounds of 30 iterations (each round
-    restarts from the previous Ritz vectors).  After each round the two
-    smallest Ritz vectors get an exact (float64) Rayleigh-Ritz step and
-    residuals: theta, a Rayleigh quotient, is ``>= lambda_min``, and the error
-    bound of :func:`_ritz_error` is the residual ``||G v - theta v||`` or,
-    once the second Ritz value is separated from the first, the Kato-Temple
-    bound ``r**2 / gap``.  LOBPCG stops when that bound is at most
-    ``max(1e-4 * theta, tol / 2)``, after 300 iterations, or as soon as
-    continuing cannot pay off: a round did not reduce the bound, or its
-    rate of decrease, extrapolated to 300 iterations, reaches neither that
-    target nor (while the verdict is undecided) ``theta - tol``.  Whatever
-    the error then, it is reported (stopping early only leaves it larger),
-    and a warning says when it leaves the verdict undecided.
+
+    lambda_min in two stages.  First preconditioned CG from a random
+    right-hand side (:func:`_pencil_lanczos`) gives an interval ``[lower,
+    upper]`` that contains lambda_min: upper is a Rayleigh quotient of G,
+    lower a randomized bound (it fails with probability at most 8e-4).  When
+    the interval is on one side of the zero threshold tol, the verdict is
+    decided and lambda_min is reported as upper with error ``upper -
+    max(lower, 0)``.  Otherwise LOBPCG takes over, on G itself with the Kronecker preconditioner and a block of
+    ``block`` vectors started from the pencil's Ritz vectors, run in rounds
+    of 30 iterations (each round restarts from the previous Ritz vectors).
+    After each round the two smallest Ritz vectors get an exact (float64)
+    Rayleigh-Ritz step and residuals: theta, a Rayleigh quotient, is
+    ``>= lambda_min``, and the error bound of :func:`_ritz_error` is the
+    residual ``||G v - theta v||`` or, once the second Ritz value is
+    separated from the first, the Kato-Temple bound ``r**2 / gap``.  LOBPCG
+    stops when that bound is at most ``max(1e-4 * theta, tol / 2)``, after
+    300 iterations, or as soon as continuing cannot pay off: a round did not
+    reduce the bound, or its rate of decrease, extrapolated to 300
+    iterations, reaches neither that target nor (while the verdict is
+    undecided) ``theta - tol``.  The two stages' intervals are intersected;
+    whatever the error then, it is reported, and a warning says when it
+    leaves the verdict undecided.
+
+    LOBPCG's bound assumes, as every Ritz-value bound must, that its smallest
+    Ritz value approximates the smallest eigenvalue (not one above it).
 
     Returns
     -------
-    dict with lambda_max, lambda_min, error, vector, tol, values (the
-    block's Ritz values), n_iter.
+    dict with lambda_max, lambda_min, error, vector, tol, values (Rayleigh
+    quotients of the Ritz vectors, increasing), n_iter (pencil Lanczos
+    steps plus LOBPCG iterations).
     """
     psi = op.psi
     if psi < 5 * block:
@@ -1276,9 +1438,19 @@ def _implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK):
         lam_max = float(v_max @ op.matmat_exact(v_max))
     lam_max = max(lam_max, 0.0)
     tol = eigenvalue_tolerance(lam_max, psi, dtype)
-    mop = LinearOperator((psi, psi), matvec=lambda r: precond(r, True),
-                         matmat=lambda r: precond(r, True), dtype=np.float64)
-    V = _start_vectors(psi, block)
+
+    pencil = _pencil_lanczos(op, precond, tol, block, memory_budget)
+    lower, upper = pencil["lower"], pencil["upper"]
+    if lower > tol or upper <= tol:
+        return dict(lambda_max=lam_max, lambda_min=upper, error=upper - max(lower, 0.0),
+                    vector=pencil["vector"], tol=tol, values=pencil["values"],
+                    n_iter=pencil["n_iter"])
+
+    mop = LinearOperator((psi, psi), matvec=lambda r: precond.apply(r, True),
+                         matmat=lambda r: precond.apply(r, True), dtype=np.float64)
+    V = pencil["vectors"][:, :block]
+    if V.shape[1] < block:
+        V = np.hstack([V, _start_vectors(psi, block)[:, V.shape[1]:]])
     target = _LOBPCG_RTOL * lam_max
     steps = _LOBPCG_FIRST_ROUND
     n_iter, error = 0, np.inf
@@ -1313,17 +1485,25 @@ def _implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK):
                 break
         steps = _LOBPCG_ROUND
     values = np.concatenate([theta, values[2:]])
-    if error > target and theta[0] - error <= tol < theta[0]:
+    # Intersect the two intervals [theta - error, theta] and [lower, upper].
+    vector = W[:, 0]
+    lower = max(lower, float(theta[0]) - error)
+    if upper < theta[0]:
+        vector = pencil["vector"]
+    else:
+        upper = max(float(theta[0]), 0.0)
+    error = upper - max(lower, 0.0)
+    if lower <= tol < upper:
         warnings.warn(
-            f"LOBPCG resolved lambda_min = {theta[0]:.3g} of the unnormalised Gram matrix "
-            f"Phi^T W Phi only to +-{error:.3g} after {n_iter} iterations, which cannot tell "
-            f"it from the zero threshold {tol:.3g} (same units; the certificate reports all "
-            "three divided by the sum of the row weights): it says 'not identifiable' for "
-            "lack of accuracy.",
+            f"The certificate resolved lambda_min = {upper:.3g} of the unnormalised Gram "
+            f"matrix Phi^T W Phi only to +-{error:.3g} after {pencil['n_iter']} CG steps "
+            f"and {n_iter} LOBPCG iterations, which cannot tell it from the zero threshold "
+            f"{tol:.3g} (same units; the certificate reports all three divided by the sum of "
+            "the row weights): it says 'not identifiable' for lack of accuracy.",
             ConvergenceWarning,
         )
-    return dict(lambda_max=lam_max, lambda_min=max(float(theta[0]), 0.0), error=error,
-                vector=W[:, 0], tol=tol, values=values, n_iter=n_iter)
+    return dict(lambda_max=lam_max, lambda_min=upper, error=error, vector=vector, tol=tol,
+                values=values, n_iter=pencil["n_iter"] + n_iter)
 
 
 def _ritz_error(theta, resid):
@@ -1417,7 +1597,7 @@ def solve_cg(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
                 ConvergenceWarning,
             )
         coef = C.T
-    ext = _implicit_extremes(op, precond.apply, dtype)
+    ext = _implicit_extremes(op, precond, dtype, memory_budget=memory_budget)
     identifiable = ext["lambda_min"] - ext["error"] > ext["tol"]
     if identifiable:
         rank = op.psi

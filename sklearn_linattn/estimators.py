@@ -428,7 +428,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         - ``"cg"``: matrix-free preconditioned conjugate gradients on the normal
           equations; never forms ``Phi`` nor ``Phi^T Phi`` (each iteration
           streams over the sequences, O(N n d^2 + N d^3); memory O(N n d + psi
-          + P^2)).  The certificate is matrix-free too (Lanczos and LOBPCG).
+          + P^2)).  The certificate is matrix-free too (Lanczos, CG from a
+          random start and, when that leaves the verdict open, LOBPCG).
           With ``alpha=0`` on a rank-deficient design the coefficients are a
           least-squares solution of minimal preconditioned norm, not the
           Euclidean minimum-norm one: same training fit, same predictions on

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import Ridge
 from threadpoolctl import threadpool_limits
 
@@ -403,7 +404,8 @@ def test_cg_certificate_agrees_on_identifiable_data(readout):
     a, b = cg.certificate_, dense.certificate_
     assert a and b and a.rank == b.rank == 40 and not a.rank_is_bound
     _assert_interval(a, b)
-    assert a.min_eigenvalue_error <= 1e-4 * a.min_eigenvalue * 1.0001
+    # An interval [lower, upper] around lambda_min, decided: lower > tol.
+    assert a.min_eigenvalue - a.min_eigenvalue_error > a.tol
     assert a.eigenvalues is None and a.method == "cg"
     Z = rng.normal(size=(3, 7, 4))
     assert a.covers(Z).all()
@@ -448,6 +450,105 @@ def test_cg_certificate_agrees_on_rank_deficient_data(data, readout):
         cg.covers(X)
     with pytest.raises(ValueError, match="solver='cg' does not compute"):
         cg.error_bound(X, 1e-3)
+
+
+def _pencil_setup(X, lengths, readout="last", cache_dtype=np.float64):
+    from sklearn_linattn._solvers import _ImplicitGram, _KroneckerPreconditioner
+
+    op = _ImplicitGram(X, lengths, readout, None, cache_dtype=cache_dtype)
+    setup = op.setup()
+    precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"], 0.0,
+                                       np.float64)
+    G = op.matmat_exact(np.eye(op.psi))
+    return op, precond, np.linalg.eigvalsh((G + G.T) / 2)
+
+
+def test_kronecker_preconditioner_multiply_inverts_apply():
+    rng = np.random.default_rng(30)
+    X, lengths, _ = _data(rng, 60, 5, 3)
+    _, precond, _ = _pencil_setup(X, lengths)
+    R = rng.normal(size=(18, 3))
+    np.testing.assert_allclose(precond.multiply(precond.apply(R, True)), R, atol=1e-10)
+    w = np.linalg.eigvalsh(precond.multiply(np.eye(18)))
+    assert precond.min_eigenvalue == pytest.approx(w[0], rel=1e-8)
+    assert precond.max_eigenvalue == pytest.approx(w[-1], rel=1e-8)
+
+
+@given(
+    d=st.integers(4, 6),
+    excess=st.floats(0.8, 3.0),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    spread=st.sampled_from([1.0, 30.0]),
+    cache=st.sampled_from([np.float64, np.float32]),
+)
+@settings(max_examples=15, deadline=None)
+def test_pencil_lanczos_brackets_lambda_min(d, excess, scale, spread, cache):
+    # [lower, upper] contains the dense lambda_min, also near N = psi (where
+    # lambda_min is small and G badly conditioned) and with coordinates of
+    # different scales (where M is far from a multiple of the identity).
+    from sklearn_linattn._solvers import _pencil_lanczos, eigenvalue_tolerance
+
+    psi = d * d * (d + 1) // 2
+    rng = np.random.default_rng([31, d, int(excess * 100)])
+    n = max(2, int(excess * psi))
+    X = rng.normal(size=(n, 6, d)) * scale * np.geomspace(1.0, spread, d)
+    op, precond, w = _pencil_setup(X, np.full(n, 6), cache_dtype=cache)
+    tol = eigenvalue_tolerance(w[-1], psi)
+    out = _pencil_lanczos(op, precond, tol, 4)
+    slack = 1e-9 * w[-1]
+    assert out["lower"] <= w[0] + slack
+    assert w[0] - slack <= out["upper"] <= out["values"][-1] + slack
+    v = out["vector"]
+    G_v = op.matmat_exact(v[:, None])[:, 0]
+    assert float(v @ G_v) == pytest.approx(out["upper"], rel=1e-8, abs=slack)
+    if n < psi:  # rank deficient: decided, a null vector
+        assert out["upper"] <= tol
+
+
+def test_pencil_lanczos_finds_null_space_outside_the_fit_range():
+    # A zero coordinate makes the token moment B singular: G is singular and
+    # its null directions lie where M is floored.  The certificate says so
+    # with a null vector.
+    rng = np.random.default_rng(32)
+    X, lengths, y = _data(rng, 200, 6, 4)
+    X[..., 3] = np.where(np.isnan(X[..., 3]), np.nan, 0.0)
+    cert = LinearAttentionRegressor(solver="cg", **CG).fit(X, y).certificate_
+    dense = certify_identifiability(X, solver="eigh")
+    assert not cert and not dense
+    assert cert.min_eigenvalue <= cert.tol
+    _assert_interval(cert, dense)
+
+
+@pytest.mark.parametrize("d", [4, 5, 6])
+@pytest.mark.parametrize("excess", [-1, 0, 1])
+def test_cg_certificate_brackets_lambda_min_near_square_designs(d, excess):
+    # N = psi - 1, psi, psi + 1 Gaussian sequences: exactly singular or with a
+    # lambda_min isolated far below the rest of the spectrum, which Ritz values
+    # of a Krylov space can miss; the randomized lower bound does not.
+    psi = d * d * (d + 1) // 2
+    for seed in range(4):
+        X = np.random.default_rng([34, d, excess + 1, seed]).normal(size=(psi + excess, 6, d))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            cg = certify_identifiability(X, solver="cg")
+        dense = certify_identifiability(X, solver="eigh")
+        _assert_interval(cg, dense)
+        if not dense:
+            assert not cg
+
+
+def test_cg_certificate_falls_back_to_lobpcg_when_lanczos_is_undecided(monkeypatch):
+    import sklearn_linattn._solvers as solvers_module
+
+    # Too few Lanczos steps to decide: LOBPCG, started from its Ritz vectors, decides.
+    monkeypatch.setattr(solvers_module, "_PENCIL_MAX_ITER", 3)
+    rng = np.random.default_rng(33)
+    X, lengths, y = _data(rng, 90, 6, 5)  # psi = 75: lambda_min small
+    cg = LinearAttentionRegressor(solver="cg", **CG).fit(X, y).certificate_
+    dense = LinearAttentionRegressor(solver="eigh").fit(X, y).certificate_
+    assert cg and dense
+    _assert_interval(cg, dense)
+    assert cg.min_eigenvalue_error <= 1e-4 * cg.min_eigenvalue * 1.0001
 
 
 @pytest.mark.parametrize("d", [3, 5])  # psi = 18 (rows and SYRK) and 75 (pair products)
