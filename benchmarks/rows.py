@@ -688,11 +688,15 @@ def cg_child(n_samples, n_tokens, d, seed):
         peak, _ = measure_peak_memory(lambda: model.fit(X, y), trace=False)
     X_check = rng.standard_normal((200, n_tokens, d)) / np.sqrt(n_tokens)
     y_check = mhla_forward(X_check, V, Q)[:, 0]
+    cert = model.certificate_
     return dict(
         x_bytes=X.nbytes, seconds=peak.seconds, rss_before=peak.rss_before,
         rss_peak=peak.rss_peak, rss_growth=peak.rss_growth, rss_reset=peak.rss_reset,
         error=relative_error(model.predict(X_check), y_check),
         warnings=sorted({str(w.message) for w in caught}),
+        n_iter=int(model.n_iter_), identifiable=bool(cert),
+        lambda_min=cert.min_eigenvalue, lambda_min_error=cert.min_eigenvalue_error,
+        lambda_max=cert.max_eigenvalue, tol=cert.tol,
     )
 
 
@@ -751,7 +755,12 @@ def row_cg(ctx):
         f"X: {fmt_bytes(out['x_bytes'])}; process RSS before the fit "
         f"{fmt_bytes(out['rss_before'] or 0)}, growth during it "
         f"{fmt_bytes(out['rss_growth'] or 0)} (peak reset before the fit: {out['rss_reset']}).",
-        f"Relative error on 200 unseen sequences: {out['error']:.1e}.",
+        f"Relative error on 200 unseen sequences: {out['error']:.1e}; CG iterations "
+        f"{out['n_iter']}.",
+        f"Certificate computed by the fit: identifiable = {out['identifiable']}, lambda_min "
+        f"in [{out['lambda_min'] - out['lambda_min_error']:.3g}, {out['lambda_min']:.3g}] "
+        f"(a randomized lower bound and a Rayleigh quotient), lambda_max = "
+        f"{out['lambda_max']:.3g}, tol = {out['tol']:.3g}.",
     ]
     if out["warnings"]:
         result.details.append("Warnings during the fit: " + "; ".join(out["warnings"]))
