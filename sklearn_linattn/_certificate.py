@@ -149,9 +149,10 @@ class IdentifiabilityCertificate:
         CG on ``Lambda_D x = b`` for a standard normal b: ``(delta - ||r||) /
         ||x||`` with r the exact residual and delta = 1e-3 bounds lambda_min
         from below except with probability ``delta sqrt(2 / pi) = 8e-4`` over
-        b, whatever the data (it is far below lambda_min, measured 6e-5 to
-        3e-3 times it on Gaussian designs with d = 4 to 24 and N / psi = 1.1
-        to 10: enough for the verdict, coarse for ``error_bound``).  When
+        b, whatever the data (it is far below lambda_min, measured 2e-5 to
+        3e-3 times it on Gaussian designs with d = 4 to 64 and N / psi = 1.1
+        to 10, lowest at the largest psi: enough for the verdict, coarse for
+        ``error_bound``).  When
         that leaves the verdict undecided, LOBPCG refines the interval: its
         Ritz value's residual ``r = ||Lambda_D v - min_eigenvalue v||``, or
         the Kato-Temple bound ``r**2 / (mu - min_eigenvalue)`` once the next
