@@ -113,9 +113,9 @@ From a fresh clone, at the repository root:
 pip install -e . && python -m benchmarks
 ```
 
-This runs every row and rewrites this file; the total time of the run below is under "Run". Once
-`solver="cg"` exists, the `cg` row alone may take up to 10 minutes (its process is stopped after 30);
-leave it out with `--skip cg`. Options:
+This runs every row and rewrites this file; the total time of the run below is under "Run". The
+`cg` row alone takes about 10 minutes (its process is stopped after 20); leave it out with
+`--skip cg`. Options:
 
 - `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
   and writes no file unless `--output` is given).
