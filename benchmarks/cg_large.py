@@ -1,7 +1,8 @@
 """Time ``solver="cg"`` phase by phase on Gaussian data (issue 5's d = 64 target).
 
 N Gaussian sequences of n tokens (entries N(0, 1/n)) labelled by a random
-one-head MHLA, created in place as in the ``cg`` row of ``benchmarks/rows.py``.
+one-head MHLA, created in place by :func:`teacher_data` (which the ``cg``,
+``samples`` and ``memory`` rows of ``benchmarks/rows.py`` use too).
 Then :func:`~sklearn_linattn._solvers.solve_cg` runs with its phases timed:
 the setup pass (which fills the row-factor cache), CG, and the certificate
 (Lanczos for lambda_max, CG from a random start and, when needed, LOBPCG
@@ -35,9 +36,19 @@ from sklearn_linattn import LinearAttentionRegressor, mhla_forward
 from sklearn_linattn import _solvers
 
 
-def make_data(n_samples, n_tokens, d, seed=0):
-    """X (filled in place, chunk by chunk), y, and the teacher (V, Q)."""
-    rng = np.random.default_rng(seed)
+def teacher_data(rng, n_samples, n_tokens, d, *, token_scale):
+    """One-head teacher and sequences, filled in place in chunks of sequences.
+
+    Generating in place keeps the peak memory of data generation at the size
+    of X (plus a chunk), so that X can be created before a memory
+    measurement without inflating the process.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_tokens, d)
+    y : ndarray of shape (n_samples,)
+    V, Q : ndarray of shape (1, 1, d) and (1, d, d)
+    """
     V = rng.standard_normal((1, 1, d)) / np.sqrt(d)
     Q = rng.standard_normal((1, d, d)) / np.sqrt(d)
     X = np.empty((n_samples, n_tokens, d))
@@ -46,7 +57,7 @@ def make_data(n_samples, n_tokens, d, seed=0):
     for start in range(0, n_samples, step):
         sl = slice(start, min(start + step, n_samples))
         rng.standard_normal(out=X[sl])
-        X[sl] /= np.sqrt(n_tokens)
+        X[sl] *= token_scale
         y[sl] = mhla_forward(X[sl], V, Q)[:, 0]
     return X, y, V, Q
 
@@ -165,7 +176,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     d, N, n = args.d, args.n_samples, args.n_tokens
     psi = d * d * (d + 1) // 2
-    X, y, V, Q = make_data(N, n, d)
+    X, y, V, Q = teacher_data(np.random.default_rng(0), N, n, d, token_scale=1 / np.sqrt(n))
     print(f"d = {d}, N = {N}, n = {n}, psi = {psi}, X {X.nbytes / 2**30:.2f} GiB, "
           f"threads {args.threads}", flush=True)
     with threadpool_limits(args.threads):

@@ -38,6 +38,7 @@ from sklearn_linattn.datasets import make_random_mhla
 from sklearn_linattn.gradient import AdamLinearAttentionRegressor
 
 from .adam_vs_closed_form import make_data, relative_mse
+from .cg_large import teacher_data
 from .measure import (
     GB,
     MB,
@@ -143,32 +144,6 @@ def solver_available(solver):
             return False, str(exc)
         raise
     return True, ""
-
-
-def _teacher_data(rng, n_samples, n_tokens, d, *, token_scale, out=None):
-    """One-head teacher and sequences, filled in place in chunks of sequences.
-
-    Generating in place keeps the peak memory of data generation at the size
-    of X (plus a chunk), so that X can be created before a memory
-    measurement without inflating the process.
-
-    Returns
-    -------
-    X : ndarray of shape (n_samples, n_tokens, d)
-    y : ndarray of shape (n_samples,)
-    V, Q : ndarray of shape (1, 1, d) and (1, d, d)
-    """
-    V = rng.standard_normal((1, 1, d)) / np.sqrt(d)
-    Q = rng.standard_normal((1, d, d)) / np.sqrt(d)
-    X = np.empty((n_samples, n_tokens, d))
-    y = np.empty(n_samples)
-    step = max(1, 2**22 // (n_tokens * d))
-    for start in range(0, n_samples, step):
-        sl = slice(start, min(start + step, n_samples))
-        rng.standard_normal(out=X[sl])
-        X[sl] *= token_scale
-        y[sl] = mhla_forward(X[sl], V, Q)[:, 0]
-    return X, y, V, Q
 
 
 # ---------------------------------------------------------------------------
@@ -458,7 +433,7 @@ def row_samples(ctx):
                                     int(math.log2(p["max_samples"])) + 1)]
         log(f"samples: n = {n}, d = {d}, psi = {psi}, C({nd}+3, 3) = {n_poly}")
         rng = np.random.default_rng(ctx.seed)
-        X, y, V, Q = _teacher_data(rng, grid[-1], n, d, token_scale=1.0)
+        X, y, V, Q = teacher_data(rng, grid[-1], n, d, token_scale=1.0)
         X_same = rng.standard_normal((p["n_test"], n, d))
         y_same = mhla_forward(X_same, V, Q)[:, 0]
         X_long = rng.standard_normal((p["n_test"], 2 * n, d))
@@ -564,7 +539,7 @@ def memory_child(n_samples, n_tokens, d, seed, mode, batch):
     dict
     """
     rng = np.random.default_rng(seed)
-    X, y, V, Q = _teacher_data(rng, n_samples, n_tokens, d, token_scale=1 / np.sqrt(n_tokens))
+    X, y, V, Q = teacher_data(rng, n_samples, n_tokens, d, token_scale=1 / np.sqrt(n_tokens))
     model = LinearAttentionRegressor()
 
     def fit():
@@ -680,7 +655,7 @@ CG_MEMORY_TARGET = 4 * GB
 def cg_child(n_samples, n_tokens, d, seed):
     """Create X, then time ``fit`` with ``solver="cg"`` (runs in a fresh process)."""
     rng = np.random.default_rng(seed)
-    X, y, V, Q = _teacher_data(rng, n_samples, n_tokens, d, token_scale=1 / np.sqrt(n_tokens))
+    X, y, V, Q = teacher_data(rng, n_samples, n_tokens, d, token_scale=1 / np.sqrt(n_tokens))
     model = LinearAttentionRegressor(solver="cg")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
