@@ -1354,11 +1354,14 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None):
     def inverse(R):
         return precond.apply(R, True)
 
-    x, n_iter, _ = _pcg(op.matmat, b, inverse, 0.0, 0.5 * _RANDOM_DELTA / np.linalg.norm(b),
-                        max_iter, exact=None if op.exact else op.matmat_exact, record=record,
-                        stop=stop)
+    b_norm = np.linalg.norm(b)
+    exact = None if op.exact else op.matmat_exact
+    x, n_iter, rel = _pcg(op.matmat, b, inverse, 0.0, 0.5 * _RANDOM_DELTA / b_norm, max_iter,
+                          exact=exact, record=record, stop=stop)
+    # With ``exact``, _pcg reports exact residuals; otherwise its residual is
+    # the recursive one, and matmat is itself the exact product.
+    residual = rel[0] * b_norm if exact is not None else np.linalg.norm(b - op.matmat(x))
     x = x[:, 0]
-    residual = np.linalg.norm(b[:, 0] - op.matmat_exact(x[:, None])[:, 0])
     x_norm = np.linalg.norm(x)
     lower = (_RANDOM_DELTA - residual) / x_norm if x_norm > 0 else -np.inf
 
