@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg
+import scipy.sparse
 from sklearn.utils import check_random_state
 
 from ._features import (
@@ -40,6 +41,7 @@ from ._features import (
 from ._mhla import heads_from_coefficients
 from ._sparse import sparse_feature_rows
 from ._solvers import SOLVERS, solve, solve_eigh
+from ._standardize import TokenStandardizer, scale_per_sample
 from ._validation import (
     check_scalar,
     check_readout,
@@ -135,9 +137,12 @@ class IdentifiabilityCertificate:
         minimizer computes the same function on every input of every length.
     min_eigenvalue : float
         Smallest eigenvalue of ``Lambda_D = (1/N) Phi^T Phi``, with ``Phi``
-        the N feature rows (the paper's Algorithm 2 features, so the number
-        is comparable with the paper's).  With sample weights,
-        ``Lambda_D = Phi^T W Phi / sum(w)``.
+        the N feature rows of the standardized tokens (``standardization``:
+        whitened to unit second moment, the off-diagonal moments weighted by
+        sqrt(2)), so that it is the same for X, ``c * X`` and ``X @ A`` for
+        any invertible A.  For tokens whose second moment is the identity it
+        lies between the paper's lambda_min (Algorithm 2 features) and twice
+        it.  With sample weights, ``Lambda_D = Phi^T W Phi / sum(w)``.
     min_eigenvalue_error : float
         Bound on the error of ``min_eigenvalue`` beyond rounding: 0 for the
         direct solvers ("eigh", "svd", "dual", "lsmr"; their error is rounding, about
@@ -165,6 +170,11 @@ class IdentifiabilityCertificate:
         "cg" multiplies by a float32 cache of the row factors.
     max_eigenvalue : float
         Largest eigenvalue of ``Lambda_D``.
+    standardization : TokenStandardizer
+        The standardized coordinates the spectrum is computed in:
+        ``standardization.transform(X)`` gives the standardized tokens, and
+        ``covers``, ``error_bound`` and ``witness`` standardize their inputs
+        alike (their answers are in the data's own units).
     eigenvalues : ndarray of shape (psi,) or None
         All eigenvalues of ``Lambda_D``, in decreasing order (clipped at 0).
         With solver "cholesky" they are computed on first access (a dense
@@ -245,6 +255,7 @@ class IdentifiabilityCertificate:
         trace=None,
         method="eigh",
         active=None,
+        standardizer=None,
     ):
         # Everything is in the units of Lambda_D except ``factor``, the
         # Cholesky factor of the unnormalised Phi^T W Phi (= weight_sum * Lambda_D).
@@ -269,7 +280,8 @@ class IdentifiabilityCertificate:
         self._basis_gram = None  # U^T U of the row basis, for sparse coverage
         self.n_rows = int(n_rows)
         self.n_samples = int(n_samples)
-        self.weight_sum = float(self.n_rows if weight_sum is None else weight_sum)
+        # In the standardized weights' units (see ``weight_sum`` for the user's).
+        self._weight_sum = float(self.n_rows if weight_sum is None else weight_sum)
         self._min_weight = float(min_weight)
         self.readout = readout
         self.dtype = np.dtype(dtype)
@@ -277,7 +289,12 @@ class IdentifiabilityCertificate:
         self._tol_is_default = bool(tol_is_default)
         self._token_dim = token_dim
         self._n_tokens = n_tokens
+        # Fitted coefficients of the standardized problem (see ``standardization``).
         self._coef = None if coef is None else np.array(coef, dtype=np.float64)
+        self.standardization = (
+            TokenStandardizer.identity(self.n_features_in) if standardizer is None
+            else standardizer
+        )
         self._factor = factor
         self._null_vector = None if null_vector is None else np.asarray(null_vector, float)
         self.method = method
@@ -312,9 +329,14 @@ class IdentifiabilityCertificate:
         # components are rounding, not zero), W the total weight and w_min the
         # smallest positive weight (W / w_min = N without weights).
         rounding = self.tol if rounding_tol is None else float(rounding_tol)
-        ratio = self.weight_sum / self._min_weight if self._min_weight > 0 else self.n_rows
+        ratio = self._weight_sum / self._min_weight if self._min_weight > 0 else self.n_rows
         self._null_abs = max(self.tol, rounding) * ratio
         self._null_rel = rounding / self.max_eigenvalue if self.max_eigenvalue > 0 else 0.0
+
+    @property
+    def weight_sum(self):
+        """Sum of the row weights (``n_rows`` without sample weights)."""
+        return float(np.ldexp(self._weight_sum, self.standardization.weight_exponent))
 
     @property
     def eigenvalues(self):
@@ -322,7 +344,7 @@ class IdentifiabilityCertificate:
         if self._eigenvalues is None and self._factor is not None:
             L = self._factor
             w = scipy.linalg.eigvalsh(L @ L.T, check_finite=False)
-            self._eigenvalues = np.clip(w[::-1], 0.0, None) / self.weight_sum
+            self._eigenvalues = np.clip(w[::-1], 0.0, None) / self._weight_sum
         return self._eigenvalues
 
     def _has_spectrum(self):
@@ -389,8 +411,9 @@ class IdentifiabilityCertificate:
         n_tokens : int or None
             Length of the witness input (default: the token dimension plus one).
         coef : ndarray of shape (d_out, psi) or None
-            Fitted coefficients; when given, the witness's ``model_a`` is this
-            fitted model.
+            Fitted coefficients of the standardized problem
+            (``solution.standardized_coef``); when given, the witness's
+            ``model_a`` is this fitted model.
         """
         # Statistics summed field by field by an older caller may lack the
         # weight totals; without weights they equal the row count.
@@ -428,6 +451,7 @@ class IdentifiabilityCertificate:
             trace=solution.trace / W,
             method=solution.method,
             active=solution.active_columns,
+            standardizer=solution.standardizer,
         )
 
     # ------------------------------------------------------------------ display
@@ -490,7 +514,7 @@ class IdentifiabilityCertificate:
                 f"  {k} of the {psi} coefficient directions {are} not determined by these inputs:",
                 "  models that fit the training data equally well can disagree on new inputs.",
             ]
-        lam_note = "smallest eigenvalue of Lambda_D = Phi^T Phi / N"
+        lam_note = "smallest eigenvalue of Lambda_D (standardized tokens)"
         if self.min_eigenvalue_error > 0:
             lam_note += f" (+/- {self.min_eigenvalue_error:.2g}, solver={self.method!r})"
         lines += [
@@ -520,7 +544,15 @@ class IdentifiabilityCertificate:
     # ------------------------------------------------------------------ per input
 
     def _input_rows(self, X_new):
-        """Per sequence of X_new: covered (bool) and the largest leverage."""
+        """Per sequence of X_new: covered (bool), the largest leverage and its scale.
+
+        The inputs are standardized like the training data and each sequence
+        is then scaled by a power of two ``2**-f`` into [1, 2), so that its
+        features can be formed at any magnitude: the leverage of the
+        sequence is ``leverage * 2**(6 f)`` (returned apart, since it may
+        exceed float64) and its coverage is decided on the scaled features
+        with the absolute allowance scaled alike.
+        """
         X, lengths = check_sequences(
             X_new, token_dim=self._token_dim, n_features=self.n_features_in, name="X_new"
         )
@@ -530,12 +562,18 @@ class IdentifiabilityCertificate:
         rows_per_sample = 1 if self.readout == "last" else X.shape[1]
         covered = np.empty(n_samples, dtype=bool)
         leverage = np.empty(n_samples)
+        scale = np.zeros(n_samples, dtype=np.int64)
         sparse_ok = self._has_spectrum() and self.n_features >= _SPARSE_MIN_PSI
         for sl in iter_sample_chunks(n_samples, rows_per_sample * self.n_features):
-            Xc = np.asarray(X[sl], dtype=np.float64)
-            if sparse_ok and np.count_nonzero(np.nan_to_num(Xc)) <= _SPARSE_DENSITY * Xc.size:
+            Xc, f = scale_per_sample(self.standardization.transform(X[sl]))
+            scale[sl] = f
+            allowance = np.ldexp(self._null_abs, -6 * f)
+            if sparse_ok and np.count_nonzero(Xc) <= _SPARSE_DENSITY * Xc.size:
                 Hs, sample = sparse_feature_rows(Xc, lengths[sl], self.readout)
-                row_cov, lev = self._sparse_row_coverage(Hs)
+                if self.standardization.whitened:
+                    Hs = Hs @ scipy.sparse.diags(self.standardization.scale_features(
+                        np.ones(self.n_features)))
+                row_cov, lev = self._sparse_row_coverage(Hs, allowance[sample])
                 n = Xc.shape[0]
                 covered[sl] = np.bincount(sample, weights=~row_cov, minlength=n) == 0
                 worst = np.full(n, -np.inf)
@@ -546,18 +584,28 @@ class IdentifiabilityCertificate:
                 H = attention_features(Xc, lengths[sl])[:, None, :]
             else:
                 H = prefix_features(Xc, lengths[sl])  # padded rows are zero
-            row_cov, lev = self._row_coverage(H)
+            H = self.standardization.scale_features(H)
+            row_cov, lev = self._row_coverage(H, allowance[:, None])
             covered[sl] = row_cov.all(axis=1)
             leverage[sl] = np.where(row_cov, lev, np.inf).max(axis=1)
-        return covered, leverage
+        return covered, leverage, scale
 
-    def _row_coverage(self, H):
-        """Per feature row h (array (n, t, psi)): in the span? and ``h^T Lambda_D^+ h``."""
+    def _determined_eigenvalues(self):
+        """Eigenvalues above tol, lowered by tol (the rounding they may carry)."""
+        return np.maximum(self.eigenvalues[: self.rank] - self.tol,
+                          np.finfo(np.float64).tiny)
+
+    def _row_coverage(self, H, allowance):
+        """Per feature row h (array (n, t, psi)): in the span? and ``h^T Lambda_D^+ h``.
+
+        ``allowance`` (broadcast to (n, t)) is the absolute part of the
+        coverage rule in the units of H.
+        """
         hh = np.einsum("ntp,ntp->nt", H, H)
         if self._has_spectrum():
             U, rank = self._eigenvectors, self.rank
             proj, rest = self._split(H)
-            lev = np.einsum("ntr,ntr->nt", proj, proj / self.eigenvalues[:rank])
+            lev = np.einsum("ntr,ntr->nt", proj, proj / self._determined_eigenvalues())
             if self.identifiable:
                 return np.ones(hh.shape, dtype=bool), lev
             if U.shape[1] == self.n_features:  # complete basis: null coordinates
@@ -566,29 +614,31 @@ class IdentifiabilityCertificate:
             else:  # row basis only (on the active columns): what the projection leaves
                 left = rest()
                 null_energy = np.einsum("ntp,ntp->nt", left, left)
-            return self._in_span(null_energy, hh), lev
+            return self._in_span(null_energy, hh, allowance), lev
         covered = np.ones(hh.shape, dtype=bool)
         if self._factor is not None:
             # h^T Lambda_D^{-1} h = W ||L^{-1} h||^2 with G = L L^T.
             flat = H.reshape(-1, H.shape[-1]).T
             z = scipy.linalg.solve_triangular(self._factor, flat, lower=True,
                                               check_finite=False)
-            return covered, self.weight_sum * np.einsum("pk,pk->k", z, z).reshape(hh.shape)
-        # Matrix-free certificate: the coarse bound ||h||^2 / lambda_min.
-        return covered, hh / (self.min_eigenvalue - self.min_eigenvalue_error)
+            return covered, self._weight_sum * np.einsum("pk,pk->k", z, z).reshape(hh.shape)
+        # Matrix-free certificate: the coarse bound ||h||^2 / lambda_min, with
+        # lambda_min lowered by its error bound and by the rounding level.
+        lower = self.min_eigenvalue - self.min_eigenvalue_error - self.tol
+        return covered, hh / max(lower, np.finfo(np.float64).tiny)
 
-    def _in_span(self, null_energy, hh):
+    def _in_span(self, null_energy, hh, allowance):
         """The coverage rule (see ``covers``): null energy within the allowance."""
-        return null_energy <= self._null_abs + self._null_rel * hh
+        return null_energy <= allowance + self._null_rel * hh
 
-    def _sparse_row_coverage(self, Hs):
+    def _sparse_row_coverage(self, Hs, allowance):
         """``_row_coverage`` for sparse rows Hs (n_rows, psi) of a certificate with a spectrum."""
         rank = self.rank
         U = self._eigenvectors[:, :rank]
         Ha = Hs if self._active is None else Hs[:, self._active]
         proj = np.asarray(Ha @ U)
         hh = np.asarray(Hs.multiply(Hs).sum(axis=1)).ravel()
-        lev = (proj * proj / self.eigenvalues[:rank]).sum(axis=1)
+        lev = (proj * proj / self._determined_eigenvalues()).sum(axis=1)
         if self.identifiable:
             return np.ones(hh.shape, dtype=bool), lev
         if self._active is None and self._eigenvectors.shape[1] == self.n_features:
@@ -601,7 +651,7 @@ class IdentifiabilityCertificate:
                 self._basis_gram = U.T @ U
             null_energy = hh - 2 * (proj * proj).sum(axis=1) + (
                 (proj @ self._basis_gram) * proj).sum(axis=1)
-        return self._in_span(null_energy, hh), lev
+        return self._in_span(null_energy, hh, allowance), lev
 
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
@@ -730,9 +780,9 @@ class IdentifiabilityCertificate:
         ((3,), True)
         """
         epsilon = _check_epsilon(epsilon)
-        covered, leverage = self._input_rows(X_new)
+        covered, leverage, scale = self._input_rows(X_new)
         out = np.full(covered.shape, np.inf)
-        out[covered] = 2.0 * np.sqrt(epsilon * leverage[covered])
+        out[covered] = np.ldexp(2.0 * np.sqrt(epsilon * leverage[covered]), 3 * scale[covered])
         return out
 
     # ------------------------------------------------------------------ witness
@@ -755,8 +805,9 @@ class IdentifiabilityCertificate:
             training input agree to rounding (up to ``sqrt(N * tol) * ||w||``
             in exact terms); at the last position of ``input`` they differ by
             ``a * ||H(input)||`` in every output, with ``a`` the largest row
-            norm of model_a's coefficients, as large as model_a's own output
-            there can be.  ``model_a`` is the fitted model when the
+            norm of model_a's coefficients (both in the standardized
+            coordinates, ``standardization``; the outputs are in the units of
+            the targets), as large as model_a's own output there can be.  ``model_a`` is the fitted model when the
             certificate is a regressor's ``certificate_``, otherwise a random
             one.  The input is never covered (:meth:`covers`).  With
             ``solver="cg"`` the null vector is the computed eigenvector of
@@ -793,7 +844,7 @@ class IdentifiabilityCertificate:
         n_tokens = max(n_tokens, 2)  # one token reaches only symmetric monomials
         Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
         lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
-        h = attention_features(Z, lengths)
+        h = self.standardization.scale_features(attention_features(Z, lengths))
         # Bring the candidates to the training scale: ||H|| ~ RMS training row.
         rms_row = np.sqrt(self._trace)
         h_norm = np.linalg.norm(h, axis=1)
@@ -840,11 +891,16 @@ class IdentifiabilityCertificate:
         # <shift, h_best> = a * ||h_best|| in every output.
         shift = (a * h_best / n_best) * w
         coef_b = coef_a + shift[None, :]
+        # Everything above is in the standardized coordinates the certificate
+        # computes in; the witness is given in the data's own.
+        st = self.standardization
+        user_null = st.coef_to_user(w, targets=False)
+        user_null = user_null / np.abs(user_null).max()
         return Witness(
-            model_a=heads_from_coefficients(coef_a, d),
-            model_b=heads_from_coefficients(coef_b, d),
-            input=Z,
-            null_vector=w,
+            model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef_a), d)),
+            model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
+            input=st.inputs_to_user(Z),
+            null_vector=user_null / np.linalg.norm(user_null),
         )
 
 
@@ -866,9 +922,9 @@ def certify_identifiability(
         Token dimension for 2-D X (each row is ``n_columns // token_dim``
         tokens); None reads 2-D X as univariate sequences.
     tol : float or None, default=None
-        Threshold on the eigenvalues of ``Lambda_D`` (same units as
-        ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.  None uses
-        the package's rule (Notes), which is free of units.
+        Threshold on the eigenvalues of the standardized ``Lambda_D`` (same
+        units as ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.
+        None uses the package's rule (Notes).
     sample_weight : array-like of shape (n_samples,) or None, default=None
         Non-negative weight of each sequence, as in
         ``LinearAttentionRegressor.fit``: ``Lambda_D = Phi^T W Phi / sum(w)``
@@ -899,6 +955,13 @@ def certify_identifiability(
     d**2 heads no realizability is needed, Lemma A.6, since every coefficient
     vector is then the coefficients of some MHLA).
 
+    Identifiability is unchanged by any invertible linear map of the tokens
+    (it maps the features by an invertible matrix), so ``Lambda_D`` is
+    computed for standardized tokens (see ``standardization``): each
+    coordinate scaled by an exact power of two, then whitened to unit second
+    moment, which keeps the Gram matrix representable and well scaled for
+    data of any magnitude and units.
+
     **Tolerance rule** (:func:`sklearn_linattn._solvers.eigenvalue_tolerance`,
     shared with the fit's pseudo-inverse): an eigenvalue counts as zero when
 
@@ -906,15 +969,13 @@ def certify_identifiability(
 
     with ``eps_in`` the machine epsilon of the input dtype.  ``psi * eps64 *
     lambda_max`` is the rounding level of an eigen-decomposition of the
-    float64 Gram matrix; float32 input is itself rounded by ``eps32`` relative,
-    which moves an exactly zero eigenvalue up to about ``eps32**2 *
-    lambda_max``, so float32 data is only certified above ``psi * eps32**2 *
-    lambda_max`` (about ``1.4e-14 * psi`` relative).  The rule is relative:
-    scaling X by c multiplies every eigenvalue and the threshold by c**6, so
-    the verdict does not depend on the units of X.  (Different units *per
-    coordinate* can spread the eigenvalues past what floating point resolves;
-    identifiability is unchanged by any invertible linear map of the tokens,
-    so standardising the coordinates before certifying is legitimate.)
+    float64 Gram matrix; float32 (float16) input is itself rounded by
+    ``eps32`` (``eps16``) relative, which moves an exactly zero eigenvalue up
+    to about ``eps**2 * lambda_max``, so such data is only certified above
+    ``psi * eps**2 * lambda_max`` (about ``1.4e-14 * psi`` relative for
+    float32, ``9.5e-7 * psi`` for float16).  Integer and boolean input is
+    exact (the float64 rule).  The standardized spectrum is the same for X,
+    ``c * X`` and ``X @ A``, and so is the verdict.
 
     References
     ----------

@@ -14,6 +14,15 @@ the default.
 dask is optional: this module imports it only when it is given dask input,
 and :func:`is_dask_collection` never imports it.
 
+Two passes, as in memory: the blocks' token and target magnitudes first
+(:func:`dask_scales`, the standardized coordinates of
+:mod:`._standardize`), then their statistics in those coordinates.
+
+A ``distributed`` cluster that loses every worker would make the
+computation wait forever; it raises a TimeoutError instead (see
+:func:`_compute` and the dask config keys ``sklearn-linattn.no-workers-timeout``
+and ``sklearn-linattn.timeout``).
+
 Validation is the in-memory one.  Before any data are read, a one-sample
 stand-in of X (and of y) with the array's dtype and trailing shape goes
 through :func:`~sklearn_linattn._validation.check_sequences` and
@@ -33,6 +42,7 @@ import numpy as np
 from sklearn.utils.validation import check_array
 
 from ._solvers import SufficientStatistics
+from ._standardize import StandardizerAccumulator, TokenStandardizer
 from ._validation import (
     check_readout,
     check_scalar,
@@ -41,7 +51,7 @@ from ._validation import (
     check_token_dim,
 )
 
-__all__ = ["dask_sufficient_statistics", "is_dask_collection"]
+__all__ = ["dask_scales", "dask_sufficient_statistics", "is_dask_collection"]
 
 # Statistics merged by one task of the reduction tree.
 _DEFAULT_SPLIT_EVERY = 8
@@ -245,7 +255,34 @@ def _as_sample_weight(sample_weight, da, n_samples):
     return sample_weight
 
 
-def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features):
+def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_features):
+    """Validate one block of sequences (on a worker); sample indices made global."""
+    try:
+        X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features)
+        Y, single = check_targets(y, lengths, X.shape[1], readout=readout)
+        w = None
+        if sample_weight is not None:
+            w = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
+                            input_name="sample_weight")
+    except (TypeError, ValueError) as exc:
+        raise _global_indices(exc, offset) from None
+    return X, lengths, Y, single, w
+
+
+def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_features,
+                        whiten):
+    """Token and target magnitudes of one block (a StandardizerAccumulator), or None."""
+    if X.shape[0] == 0:
+        return None
+    X, lengths, Y, single, w = _validated_block(
+        X, y, sample_weight, offset, readout=readout, token_dim=token_dim,
+        n_features=n_features)
+    acc = StandardizerAccumulator(X.shape[2], Y.shape[-1], whiten=whiten)
+    return acc.update(X, lengths, Y, w), single
+
+
+def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features,
+                      standardizer):
     """Validate one block of sequences and return its sufficient statistics.
 
     Runs on a worker.  Returns ``(stats, single_output)``, or None for an
@@ -253,20 +290,23 @@ def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_feat
     """
     if X.shape[0] == 0:
         return None
-    try:
-        X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features)
-        Y, single = check_targets(y, lengths, X.shape[1], readout=readout)
-        kwargs = {}
-        if sample_weight is not None:
-            kwargs["sample_weight"] = check_array(
-                sample_weight, ensure_2d=False, dtype=np.float64,
-                input_name="sample_weight",
-            )
-    except (TypeError, ValueError) as exc:
-        raise _global_indices(exc, offset) from None
-    stats = SufficientStatistics(X.shape[2], Y.shape[-1])
-    stats.update(X, lengths, Y, readout=readout, **kwargs)
+    X, lengths, Y, single, w = _validated_block(
+        X, y, sample_weight, offset, readout=readout, token_dim=token_dim,
+        n_features=n_features)
+    stats = SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer)
+    stats.update(X, lengths, Y, readout=readout, sample_weight=w)
     return stats, single
+
+
+def _check_outputs(first, single, other, part_single):
+    if first != other or part_single != single:
+        raise ValueError(
+            "every target in y must have the same output dimension; got "
+            f"{'no output axis' if single else f'd_out={first}'} for some "
+            f"sequences and "
+            f"{'no output axis' if part_single else f'd_out={other}'} "
+            "for others."
+        )
 
 
 def _merge_blocks(*parts):
@@ -279,17 +319,23 @@ def _merge_blocks(*parts):
     if not parts:
         return None
     first, single = parts[0]
-    total = SufficientStatistics(first.d, first.d_out)
+    total = SufficientStatistics(first.d, first.d_out, standardizer=first.standardizer)
     for stats, part_single in parts:
-        if stats.d_out != first.d_out or part_single != single:
-            raise ValueError(
-                "every target in y must have the same output dimension; got "
-                f"{'no output axis' if single else f'd_out={first.d_out}'} for some "
-                f"sequences and "
-                f"{'no output axis' if part_single else f'd_out={stats.d_out}'} "
-                "for others."
-            )
+        _check_outputs(first.d_out, single, stats.d_out, part_single)
         total.merge(stats)
+    return total, single
+
+
+def _merge_standardizers(*parts):
+    """Merge the accumulators of several blocks into a new one (a tree node)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    first, single = parts[0]
+    total = StandardizerAccumulator(first.d, first.d_out, whiten=first.whiten)
+    for acc, part_single in parts:
+        _check_outputs(first.d_out, single, acc.d_out, part_single)
+        total.merge(acc)
     return total, single
 
 
@@ -299,16 +345,20 @@ def _check_split_every(split_every):
     return check_scalar(split_every, "split_every", integer=True, low=2, allow_none=True)
 
 
-def _statistics_graph(
-    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
-    split_every=None,
+def _reduction(
+    X, y, task, merge, name, *, readout="last", token_dim=None, sample_weight=None,
+    n_features=None, split_every=None, **extra,
 ):
-    """Build the lazy reduction; see :func:`dask_sufficient_statistics`.
+    """Build a lazy block-by-block reduction of sequences and targets.
+
+    ``task(X_block, y_block, w_block, offset, readout=..., token_dim=...,
+    n_features=..., **extra)`` runs on each block and ``merge(*parts)``
+    combines them in a tree of ``split_every``-ary tasks.
 
     Returns
     -------
     result : dask.delayed.Delayed
-        Computes to ``(stats, single_output)``.
+        Computes to ``merge``'s output over all blocks.
     n_tokens : int
         Padded length of the validated sequences.
     """
@@ -337,7 +387,12 @@ def _statistics_graph(
     if isinstance(sample_weight, da.Array):
         sample_weight = next(aligned)
 
-    token = tokenize(X, y, sample_weight, readout, token_dim, n_features, split_every)
+    extra_token = [
+        (v.exponents, v.whitening, v.y_exponents, v.weight_exponent)
+        if isinstance(v, TokenStandardizer) else v for v in extra.values()
+    ]
+    token = tokenize(X, y, sample_weight, readout, token_dim, n_features, split_every,
+                     name, extra_token)
     x_blocks = X.to_delayed(optimize_graph=False).ravel()
     y_blocks = _sample_aligned(y, X, da)
     w_blocks = (
@@ -346,21 +401,19 @@ def _statistics_graph(
         else _sample_aligned(sample_weight, X, da)
     )
     offsets = np.cumsum((0,) + X.chunks[0][:-1])
-    block = dask.delayed(_block_statistics)
     level = [
-        block(
+        dask.delayed(task)(
             xb, yb, wb, int(offset), readout=readout, token_dim=token_dim,
-            n_features=n_features, dask_key_name=f"linattn-statistics-{token}-{i}",
+            n_features=n_features, **extra, dask_key_name=f"linattn-{name}-{token}-{i}",
         )
         for i, (xb, yb, wb, offset) in enumerate(zip(x_blocks, y_blocks, w_blocks, offsets))
     ]
-    merge = dask.delayed(_merge_blocks)
     depth = 0
     while len(level) > 1:
         level = [
-            merge(
+            dask.delayed(merge)(
                 *level[start : start + split_every],
-                dask_key_name=f"linattn-merge-{token}-{depth}-{start // split_every}",
+                dask_key_name=f"linattn-{name}-merge-{token}-{depth}-{start // split_every}",
             )
             for start in range(0, len(level), split_every)
         ]
@@ -368,9 +421,102 @@ def _statistics_graph(
     return level[0], n_tokens
 
 
+def dask_scales(
+    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
+    split_every=None, timeout=None,
+):
+    """Token and target magnitudes of a dask array of sequences, block by block.
+
+    The first of the two passes of a fit on dask input: each block's
+    :class:`~sklearn_linattn._standardize.StandardizerAccumulator`, merged
+    in a tree, gives the standardized coordinates of all the data (as the
+    in-memory fit computes them).  Arguments as for
+    :func:`dask_sufficient_statistics`.
+
+    Returns
+    -------
+    scales : StandardizerAccumulator
+        ``scales.finish()`` is the standardizer.
+    """
+    result, _ = _reduction(
+        X, y, _block_standardizer, _merge_standardizers, "scales", readout=readout,
+        token_dim=token_dim, sample_weight=sample_weight, n_features=n_features,
+        split_every=split_every, whiten=True,
+    )
+    merged = _compute(result, timeout)
+    if merged is None:
+        raise ValueError("X must hold at least one sequence; got 0 samples.")
+    return merged[0]
+
+
+def _distributed_client():
+    """The distributed Client that dask computes with by default, or None."""
+    import dask
+
+    scheduler = dask.base.get_scheduler()
+    owner = getattr(scheduler, "__self__", None)
+    if owner is None or type(owner).__module__.split(".")[0] != "distributed":
+        return None
+    return owner
+
+
+def _compute(result, timeout):
+    """Compute a delayed result on the current scheduler, never waiting forever.
+
+    On a ``distributed`` cluster the result is awaited in short polls: a
+    TimeoutError is raised (and the computation cancelled) when the cluster
+    has had no worker for ``no_workers_timeout`` seconds (the dask config key
+    ``sklearn-linattn.no-workers-timeout``, default 60: every worker lost,
+    nothing can run) or when ``timeout`` seconds have passed (None: the
+    config key ``sklearn-linattn.timeout``, default no limit).  Errors of the
+    tasks themselves propagate as they are.  Other schedulers (threads,
+    processes, synchronous) cannot lose their workers and compute directly.
+    """
+    import time
+
+    import dask
+
+    client = _distributed_client()
+    if client is None:
+        return result.compute()
+    if timeout is None:
+        timeout = dask.config.get("sklearn-linattn.timeout", None)
+    no_workers_limit = float(dask.config.get("sklearn-linattn.no-workers-timeout", 60))
+    poll = min(1.0, no_workers_limit / 4) if no_workers_limit > 0 else 1.0
+    future = client.compute(result)
+    start = time.monotonic()
+    without_workers = None
+    try:
+        while True:
+            try:
+                return future.result(timeout=poll)
+            except TimeoutError:
+                pass
+            now = time.monotonic()
+            if not client.scheduler_info().get("workers"):
+                without_workers = now if without_workers is None else without_workers
+                if now - without_workers >= no_workers_limit:
+                    raise TimeoutError(
+                        f"the dask cluster at {client.scheduler.address} has had no worker "
+                        f"for {now - without_workers:.0f} s (every worker lost?), so the fit "
+                        "cannot proceed; restart workers and fit again (the wait is the "
+                        "dask config key 'sklearn-linattn.no-workers-timeout', in seconds)."
+                    ) from None
+            else:
+                without_workers = None
+            if timeout is not None and now - start >= float(timeout):
+                raise TimeoutError(
+                    f"the dask computation did not finish within timeout={timeout} s "
+                    "(the dask config key 'sklearn-linattn.timeout')."
+                )
+    except BaseException:
+        future.cancel()
+        raise
+
+
 def dask_sufficient_statistics(
     X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
-    split_every=None,
+    split_every=None, standardizer=None, timeout=None,
 ):
     """Least-squares sufficient statistics of a dask array of sequences.
 
@@ -407,11 +553,22 @@ default=None
     split_every : int or None, default=None
         Number of statistics merged by one task of the reduction tree (at
         least 2); None means 8.
+    standardizer : TokenStandardizer or None, default=None
+        The standardized coordinates to accumulate in; None finds those of
+        all the data in a first pass over the blocks (:func:`dask_scales`),
+        as the in-memory fit does.
+    timeout : float or None, default=None
+        Seconds to wait for a ``distributed`` cluster before a TimeoutError;
+        None reads the dask config key ``sklearn-linattn.timeout`` (default:
+        no limit).  Independently, a cluster without any worker for
+        ``sklearn-linattn.no-workers-timeout`` seconds (default 60) raises a
+        TimeoutError instead of waiting for workers that will not come.
 
     Returns
     -------
     stats : SufficientStatistics
-        Sums over every block; ``stats.dtype`` is the least precise input
+        Sums over every block, in the standardized coordinates
+        ``stats.standardizer``; ``stats.dtype`` is the least precise input
         dtype (float32 for float32 X), as for in-memory input.
     n_tokens : int
         Padded length of the sequences (after ``token_dim`` reshaping).
@@ -420,6 +577,9 @@ default=None
 
     Raises
     ------
+    TimeoutError
+        When a ``distributed`` cluster has no worker left, or ``timeout``
+        passes (see there).
     TypeError
         If X is not a dask array, or an argument has a non-numeric dtype.
     ValueError
@@ -450,13 +610,20 @@ default=None
     >>> stats.gram.shape, stats.n_samples, n_tokens, single
     ((6, 6), 100, 6, True)
     >>> Xv, lengths = check_sequences(X)
-    >>> in_memory = SufficientStatistics(2, 1).update(Xv, lengths, y[:, None])
+    >>> in_memory = SufficientStatistics(2, 1, standardizer=stats.standardizer).update(
+    ...     Xv, lengths, y[:, None])
     >>> bool(np.allclose(stats.gram, in_memory.gram, rtol=1e-12))
     True
     """
-    result, n_tokens = _statistics_graph(
-        X, y, readout=readout, token_dim=token_dim, sample_weight=sample_weight,
-        n_features=n_features, split_every=split_every,
+    if standardizer is None:
+        standardizer = dask_scales(
+            X, y, readout=readout, token_dim=token_dim, sample_weight=sample_weight,
+            n_features=n_features, split_every=split_every, timeout=timeout,
+        ).finish()
+    result, n_tokens = _reduction(
+        X, y, _block_statistics, _merge_blocks, "statistics", readout=readout,
+        token_dim=token_dim, sample_weight=sample_weight, n_features=n_features,
+        split_every=split_every, standardizer=standardizer,
     )
-    stats, single = result.compute()
+    stats, single = _compute(result, timeout)
     return stats, n_tokens, single

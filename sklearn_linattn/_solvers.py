@@ -50,6 +50,7 @@ from ._features import (
     prefix_features,
     row_factors,
 )
+from ._standardize import TokenStandardizer, feature_map, standardizer_for
 from ._validation import check_lengths_array, check_readout
 
 __all__ = [
@@ -57,12 +58,14 @@ __all__ = [
     "STATISTICS_SOLVERS",
     "SpectralSolution",
     "SufficientStatistics",
+    "check_solver_memory",
     "choose_solver",
     "default_memory_budget",
     "eigenvalue_tolerance",
     "feature_rows",
     "solve",
     "solve_statistics",
+    "solver_memory",
 ]
 
 SOLVERS = ("auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr")
@@ -208,13 +211,15 @@ def feature_rows(X, lengths, Y=None, *, readout="last"):
 # --------------------------------------------------------------------------
 
 
-def _load_chunk(X, lengths, sl):
-    """Float64 chunk ``X[sl]`` with zeros at positions ``>= lengths`` (NaN allowed there)."""
+def _load_chunk(X, lengths, sl, standardizer=None):
+    """Float64 chunk ``X[sl]``, zeros at positions ``>= lengths`` (NaN allowed there), standardized."""
     Xc = np.asarray(X[sl], dtype=np.float64)
     lc = lengths[sl]
     if lc.size and lc.min() < Xc.shape[1]:
         pad = np.arange(Xc.shape[1])[None, :] >= lc[:, None]
         Xc = np.where(pad[:, :, None], 0.0, Xc)
+    if standardizer is not None:
+        Xc = standardizer.transform(Xc)
     return Xc, lc
 
 
@@ -226,10 +231,16 @@ def _row_values(d, n_tokens, readout, per_row):
     return n_tokens * d + moments + rows * per_row
 
 
-def _chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None):
-    """Row factors of one chunk with their targets and weights; zero-weight rows dropped."""
-    Xc, lc = _load_chunk(X, lengths, sl)
+def _chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None, standardizer=None):
+    """Row factors of one chunk with their targets and weights; zero-weight rows dropped.
+
+    Everything is returned in the standardizer's units (tokens, targets and
+    weights); which rows are kept depends on the weights as given.
+    """
+    Xc, lc = _load_chunk(X, lengths, sl, standardizer)
     S, x, sample = row_factors(Xc, lc, readout)
+    if standardizer is not None:
+        S = standardizer.scale_moments(S)
     Yr = None
     if Y is not None:
         Yc = np.asarray(Y[sl], dtype=np.float64)
@@ -239,10 +250,13 @@ def _chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None):
             Yr = Yc.reshape(-1, Yc.shape[2])
         else:
             Yr = Yc[np.arange(Xc.shape[1])[None, :] < lc[:, None]]
+        if standardizer is not None:
+            Yr = standardizer.transform_targets(Yr)
     w = None
     if sample_weight is not None:
-        w = sample_weight[sl][sample]
-        keep = w > 0
+        raw = sample_weight[sl][sample]
+        keep = raw > 0
+        w = raw if standardizer is None else standardizer.transform_weights(raw)
         if not keep.all():
             S, x, w = S[keep], x[keep], w[keep]
             Yr = None if Yr is None else Yr[keep]
@@ -312,6 +326,10 @@ class SufficientStatistics:
     gram : bool, default=True
         False keeps only counts and target moments (solvers that work on the
         data directly).
+    standardizer : TokenStandardizer or None, default=None
+        Standardized coordinates the rows are accumulated in (see
+        :mod:`._standardize`): every statistic is that of the standardized
+        tokens, targets and weights.  None accumulates the data as given.
 
     Attributes
     ----------
@@ -348,13 +366,21 @@ class SufficientStatistics:
     (True, 30)
     """
 
-    def __init__(self, d, d_out=None, *, gram=True):
+    def __init__(self, d, d_out=None, *, gram=True, standardizer=None):
         self.d = int(d)
         if self.d < 1:
             raise ValueError(f"d must be a positive integer; got {d!r}.")
         if d_out is not None and int(d_out) < 1:
             raise ValueError(f"d_out must be None or a positive integer; got {d_out!r}.")
         self.d_out = None if d_out is None else int(d_out)
+        if standardizer is None:
+            standardizer = TokenStandardizer.identity(self.d, self.d_out)
+        if standardizer.d != self.d:
+            raise ValueError(
+                f"the standardizer is for d={standardizer.d}, but these statistics have "
+                f"d={self.d}."
+            )
+        self.standardizer = standardizer
         P = self.d * (self.d + 1) // 2
         psi = n_attention_features(self.d)
         self.readout = None
@@ -463,13 +489,14 @@ class SufficientStatistics:
         self.n_tokens = max(self.n_tokens, int(n_tokens))
         self.n_samples += n_samples if w is None else int(np.count_nonzero(w > 0))
         if self._compact is None:
-            self._count(lengths, Y, w, readout, n_tokens)
+            self._count(lengths, None if Y is None else self.standardizer.transform_targets(Y),
+                        self.standardizer.transform_weights(w), readout, n_tokens)
             return self
         P = self.d * (self.d + 1) // 2
         per_row = 3 * P + 2 * self.d + (self.d_out or 0) * (self.d + 2)
         per_sample = _row_values(self.d, n_tokens, readout, per_row)
         for sl in iter_sample_chunks(n_samples, per_sample):
-            S, x, wr, Yr = _chunk_rows(X, lengths, sl, readout, Y, w)
+            S, x, wr, Yr = _chunk_rows(X, lengths, sl, readout, Y, w, self.standardizer)
             self._accumulate(S, x, wr, Yr)
         return self
 
@@ -578,6 +605,46 @@ class SufficientStatistics:
             self._compact[start : offsets[stop]] += A @ B
             p = stop
 
+    def restandardized(self, standardizer):
+        """The same statistics in other standardized coordinates (a new object).
+
+        The feature rows of the two coordinates differ by a Kronecker map
+        (:func:`~._standardize.feature_map`) and the weights and targets by
+        powers of two, so the Gram matrix and the moment are transformed
+        exactly (to rounding) instead of being accumulated again.
+        """
+        old = self.standardizer
+        out = SufficientStatistics(self.d, self.d_out, gram=self.has_gram,
+                                   standardizer=standardizer)
+        out.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+                             for k, v in self.__dict__.items() if k != "standardizer"})
+        if standardizer == old:
+            return out
+        A, B = feature_map(old, standardizer)
+        wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
+        P, d = A.shape[0], self.d
+        if self.has_gram:
+            G = self.gram.reshape(P, d, P, d)
+            G = np.tensordot(A, G, axes=([1], [0]))               # (p', l, q, m)
+            G = np.tensordot(B, G, axes=([1], [1])).swapaxes(0, 1)  # (p', l', q, m)
+            G = np.tensordot(G, A, axes=([2], [1]))               # (p', l', m, q')
+            G = np.tensordot(G, B, axes=([2], [1]))               # (p', l', q', m')
+            out.gram = G.reshape(P * d, P * d) * wf
+        if self.d_out is not None:
+            ey_old = old.y_exponents if old.y_exponents is not None else np.zeros(self.d_out, int)
+            ey_new = (standardizer.y_exponents if standardizer.y_exponents is not None
+                      else np.zeros(self.d_out, int))
+            yf = np.ldexp(wf, ey_old - ey_new)
+            if self.moment is not None:
+                b = self.moment.reshape(P, d, self.d_out)
+                b = np.einsum("ip,jl,pla->ija", A, B, b).reshape(P * d, self.d_out)
+                out.moment = b * yf
+            out.y_sum = self.y_sum * yf
+            out.y_sq = self.y_sq * yf * np.ldexp(1.0, ey_old - ey_new)
+        out.weight_sum = self.weight_sum * wf
+        out.min_weight = self.min_weight * wf
+        return out
+
     def merge(self, other):
         """Add the statistics of other (disjoint) data, in place.
 
@@ -616,6 +683,11 @@ class SufficientStatistics:
             raise ValueError(
                 "cannot merge statistics with and without the Gram matrix (gram=True/False)."
             )
+        if other.standardizer != self.standardizer:
+            raise ValueError(
+                "cannot merge statistics accumulated in different standardized coordinates: "
+                "create both with the same standardizer."
+            )
         if self.readout is not None and other.readout is not None and (
             self.readout != other.readout
         ):
@@ -650,9 +722,18 @@ class SufficientStatistics:
 class SpectralSolution:
     """Coefficients with what the certificate needs about the Gram spectrum.
 
+    Everything but ``coef`` is about the standardized problem (see
+    :mod:`._standardize`): the spectrum, eigenvectors and factor are those of
+    ``G = Phi^T W Phi`` for the standardized tokens and weights.
+
     Attributes
     ----------
     coef : ndarray of shape (d_out, psi) or None
+        Coefficients on the data as given (``y = H(X) @ coef.T``).
+    standardized_coef : ndarray of shape (d_out, psi) or None
+        The same model for the standardized tokens and targets.
+    standardizer : TokenStandardizer or None
+        The standardized coordinates (None: the data as given).
     tol : float
         Eigenvalues of ``G = Phi^T W Phi`` ``<= tol`` count as zero
         (:func:`eigenvalue_tolerance`).
@@ -708,6 +789,18 @@ class SpectralSolution:
     rank_is_bound: bool = False
     n_iter: int = 0
     active_columns: np.ndarray | None = None
+    standardized_coef: np.ndarray | None = None
+    standardizer: TokenStandardizer | None = None
+
+    def __post_init__(self):
+        # Solvers set the standardized coefficients; the data's own follow.
+        if self.standardized_coef is None and self.coef is not None and (
+            self.standardizer is None or self.standardizer.is_identity
+        ):
+            self.standardized_coef = self.coef
+        elif self.standardized_coef is not None and self.coef is None:
+            self.coef = (self.standardized_coef if self.standardizer is None
+                         else self.standardizer.coef_to_user(self.standardized_coef))
 
 
 def _coef_from_spectrum(w, U, moment, alpha, tol):
@@ -715,7 +808,7 @@ def _coef_from_spectrum(w, U, moment, alpha, tol):
 
     ``U`` holds the eigenvectors of the first ``U.shape[1]`` eigenvalues; the
     moment lies in their span (the row space of the design), so the missing
-    ones do not matter.
+    ones do not matter.  ``alpha`` is a multiple of the identity.
     """
     if moment is None:
         return None
@@ -728,12 +821,68 @@ def _coef_from_spectrum(w, U, moment, alpha, tol):
     return (U @ (inv[:, None] * proj)).T
 
 
-def _dense_solution(w, U, moment, alpha, dtype, method):
+def _penalized_solve(G, moment, alpha, standardizer):
+    """Ridge coefficients ``(G + alpha K K^T)^{-1} moment`` in standardized coordinates.
+
+    ``alpha ||c||**2`` on the user's coefficients is the penalty
+    ``alpha K K^T`` on the standardized ones (:meth:`TokenStandardizer.penalty_factors`).
+    The system is scaled by a power of two and equilibrated by its diagonal
+    (exact for units per coordinate) before a Cholesky factorisation.
+    """
+    A, B, shift = standardizer.penalty_factors()
+    scale = max(float(np.abs(G).max(initial=0.0)), np.finfo(np.float64).tiny)
+    m = int(_exponent_of(scale))
+    lp = shift + int(_exponent_of(alpha))
+    top = max(m, lp)
+    Gs = np.ldexp(G, -top)
+    Gs += np.ldexp(np.kron(A, B), shift - top) * alpha
+    b = np.ldexp(moment, -top)
+    diag = np.sqrt(np.clip(np.diagonal(Gs), np.finfo(np.float64).tiny, None))
+    Ms = Gs / diag[:, None] / diag[None, :]
+    try:
+        c, low = scipy.linalg.cho_factor(Ms, lower=True, check_finite=False)
+        z = scipy.linalg.cho_solve((c, low), b / diag[:, None], check_finite=False)
+    except np.linalg.LinAlgError:
+        w, U = scipy.linalg.eigh(Ms, check_finite=False)
+        keep = w > eigenvalue_tolerance(w.max(), w.size)
+        z = (U[:, keep] / w[keep]) @ (U[:, keep].T @ (b / diag[:, None]))
+    return (z / diag[:, None]).T
+
+
+def _exponent_of(value):
+    return np.frexp(float(value))[1] - 1 if value else 0
+
+
+def _ridge_coef(w, U, moment, alpha, tol, standardizer, gram=None):
+    """Coefficients for eigenvalues w and eigenvectors U of G (standardized).
+
+    ``alpha`` penalises the user's coefficients; it is a multiple of the
+    identity in standardized coordinates only for a pure power-of-two
+    scaling, otherwise ``gram`` (or ``U diag(w) U^T``) is solved with the
+    penalty by :func:`_penalized_solve`.
+    """
+    if moment is None:
+        return None
+    if alpha == 0:
+        return _coef_from_spectrum(w, U, moment, 0.0, tol)
+    alpha_s = standardizer.alpha(alpha)
+    scalar = standardizer.penalty_scalar()
+    if scalar is not None:
+        return _coef_from_spectrum(w, U, moment, float(np.ldexp(alpha_s, scalar)), tol)
+    if gram is None:
+        k = U.shape[1]
+        gram = (U * w[:k]) @ U.T
+    return _penalized_solve(gram, moment, alpha_s, standardizer)
+
+
+def _dense_solution(w, U, moment, alpha, dtype, method, standardizer, gram=None):
     """SpectralSolution from eigenvalues w (length psi, decreasing) and eigenvectors U."""
     psi = w.shape[0]
     tol = eigenvalue_tolerance(w[0] if psi else 0.0, psi, dtype)
     return SpectralSolution(
-        coef=_coef_from_spectrum(w, U, moment, alpha, tol),
+        coef=None,
+        standardized_coef=_ridge_coef(w, U, moment, alpha, tol, standardizer, gram),
+        standardizer=standardizer,
         tol=tol,
         lambda_max=float(w[0]),
         lambda_min=float(w[-1]),
@@ -746,11 +895,28 @@ def _dense_solution(w, U, moment, alpha, dtype, method):
     )
 
 
+def _check_statistics_finite(stats):
+    """Refuse statistics that overflowed (batches of wildly different scales)."""
+    if not np.all(np.isfinite(stats._compact)) or (
+        stats.moment is not None and not np.all(np.isfinite(stats.moment))
+    ):
+        raise ValueError(
+            "the sufficient statistics overflowed float64: later batches are many orders "
+            "of magnitude larger than the first ones (the standardized coordinates are "
+            "fixed by the first batch); rescale the data or fit all batches at once."
+        )
+
+
 def solve_eigh(stats, alpha=0.0):
     """Solve the normal equations through ``eigh(Phi^T W Phi)`` (full spectrum)."""
-    w, U = scipy.linalg.eigh(stats.gram, driver="evr", overwrite_a=True, check_finite=False)
+    _check_statistics_finite(stats)
+    G = stats.gram
+    keep = G.copy() if alpha and stats.moment is not None and (
+        stats.standardizer.penalty_scalar() is None) else None
+    w, U = scipy.linalg.eigh(G, driver="evr", overwrite_a=True, check_finite=False)
     w, U = np.clip(w[::-1], 0.0, None), U[:, ::-1]
-    return _dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh")
+    return _dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh",
+                           stats.standardizer, gram=keep)
 
 
 def _start_vectors(n, k=1):
@@ -810,6 +976,7 @@ def solve_cholesky(stats, alpha=0.0):
     psi = stats.n_features
     if stats.n_rows == 0:
         return solve_eigh(stats, alpha)
+    _check_statistics_finite(stats)
     G = stats.gram
     if psi <= _SMALL_PSI:
         w = np.clip(scipy.linalg.eigvalsh(G)[::-1], 0.0, None)
@@ -819,10 +986,14 @@ def solve_cholesky(stats, alpha=0.0):
         lam_max = _largest_eigenvalue(G)
     tol = eigenvalue_tolerance(lam_max, psi, stats.dtype)
     trace = float(np.trace(G))
+    scalar = stats.standardizer.penalty_scalar()
+    penalized = alpha > 0 and stats.moment is not None
     G_alpha = None
-    if alpha > 0 and stats.moment is not None:
+    if penalized:
+        alpha_s = stats.standardizer.alpha(alpha)
         G_alpha = G.copy()
-        G_alpha[np.diag_indices(psi)] += alpha
+        if scalar is not None:
+            G_alpha[np.diag_indices(psi)] += float(np.ldexp(alpha_s, scalar))
     L = _cholesky(G)  # overwrites G
     if L is None:
         return solve_eigh(stats, alpha)
@@ -835,10 +1006,17 @@ def solve_cholesky(stats, alpha=0.0):
         return solve_eigh(stats, alpha)
     coef = None
     if stats.moment is not None:
-        F = L if G_alpha is None else _cholesky(G_alpha)
-        coef = scipy.linalg.cho_solve((F, True), stats.moment, check_finite=False).T
+        if not penalized:
+            coef = scipy.linalg.cho_solve((L, True), stats.moment, check_finite=False).T
+        elif scalar is not None:
+            coef = scipy.linalg.cho_solve((_cholesky(G_alpha), True), stats.moment,
+                                          check_finite=False).T
+        else:
+            coef = _penalized_solve(G_alpha, stats.moment, alpha_s, stats.standardizer)
     return SpectralSolution(
-        coef=coef,
+        coef=None,
+        standardized_coef=coef,
+        standardizer=stats.standardizer,
         tol=tol,
         lambda_max=lam_max,
         lambda_min=lam_min,
@@ -910,13 +1088,13 @@ def solve_statistics(stats, alpha=0.0, solver="eigh"):
 # --------------------------------------------------------------------------
 
 
-def _all_rows(X, lengths, readout, Y=None, sample_weight=None):
+def _all_rows(X, lengths, readout, Y=None, sample_weight=None, standardizer=None):
     """Row factors of every row with positive weight, with targets and weights."""
     n_samples, n_tokens, d = X.shape
     P = d * (d + 1) // 2
     per_sample = _row_values(d, n_tokens, readout, 2 * P + 2 * d)
     parts = [
-        _chunk_rows(X, lengths, sl, readout, Y, sample_weight)
+        _chunk_rows(X, lengths, sl, readout, Y, sample_weight, standardizer)
         for sl in iter_sample_chunks(n_samples, per_sample)
     ]
     S = np.concatenate([p[0] for p in parts])
@@ -927,7 +1105,7 @@ def _all_rows(X, lengths, readout, Y=None, sample_weight=None):
 
 
 def solve_svd(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
-              dtype=np.float64):
+              dtype=np.float64, standardizer=None):
     """Solve on the design matrix itself through its SVD (more accurate).
 
     Conditioning is that of ``W^{1/2} Phi`` rather than of ``Phi^T W Phi``;
@@ -935,7 +1113,8 @@ def solve_svd(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     O(n_rows * psi).
     """
     psi = n_attention_features(X.shape[2])
-    S, x, w, Yr = _all_rows(X, lengths, readout, Y, sample_weight)
+    standardizer = standardizer or TokenStandardizer.identity(X.shape[2])
+    S, x, w, Yr = _all_rows(X, lengths, readout, Y, sample_weight, standardizer)
     Phi = _outer_features(S, x)
     if w is not None:
         sw = np.sqrt(w)
@@ -946,11 +1125,11 @@ def solve_svd(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     eig = np.zeros(psi)
     eig[: s.size] = s**2
     moment = None if Yr is None else Phi.T @ Yr
-    return _dense_solution(eig, Vt.T, moment, alpha, dtype, "svd")
+    return _dense_solution(eig, Vt.T, moment, alpha, dtype, "svd", standardizer)
 
 
 def solve_dual(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
-               dtype=np.float64):
+               dtype=np.float64, standardizer=None):
     """Solve in the dual (kernel) form, for designs with fewer rows than features.
 
     ``K = W^{1/2} Phi Phi^T W^{1/2}`` costs O(N^2 d^2) from the kernel
@@ -961,9 +1140,15 @@ def solve_dual(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     ``Phi^T W^{1/2} (K + alpha I)^+ W^{1/2} y`` (the pseudo-inverse keeps mu
     above the zero-eigenvalue tolerance, giving the minimum-norm solution).
     Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
+
+    With ``alpha > 0`` the penalty is on the user's coefficients, i.e.
+    ``alpha K K^T`` on the standardized ones; unless that is a multiple of
+    the identity the ridge solution uses the kernel of the user's metric,
+    ``Phi (K K^T)^{-1} Phi^T``, which factorises like K (:func:`_dual_ridge`).
     """
     psi = n_attention_features(X.shape[2])
-    S, x, w, Yr = _all_rows(X, lengths, readout, Y, sample_weight)
+    standardizer = standardizer or TokenStandardizer.identity(X.shape[2])
+    S, x, w, Yr = _all_rows(X, lengths, readout, Y, sample_weight, standardizer)
     K = (S @ S.T) * (x @ x.T)
     sw = None if w is None else np.sqrt(w)
     if sw is not None:
@@ -981,7 +1166,13 @@ def solve_dual(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     Ur = U[:, :r] if sw is None else U[:, :r] * sw[:, None]
     V = features_rmatvec(S, x, Ur).T / np.sqrt(mu[:r])  # (psi, r) eigenvectors
     coef = None
-    if Yr is not None:
+    scalar = standardizer.penalty_scalar()
+    alpha = standardizer.alpha(alpha)
+    if Yr is not None and alpha > 0 and scalar is None:
+        coef = _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol)
+    elif Yr is not None:
+        if alpha > 0:
+            alpha = float(np.ldexp(alpha, scalar))
         Yw = Yr if sw is None else Yr * sw[:, None]
         proj = U.T @ Yw
         # Pseudo-inverse as in the primal solvers: eigenvalues above tol for
@@ -993,7 +1184,9 @@ def solve_dual(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
         a = U @ (inv[:, None] * proj)  # dual coefficients, (m, d_out)
         coef = features_rmatvec(S, x, a if sw is None else a * sw[:, None])
     return SpectralSolution(
-        coef=coef,
+        coef=None,
+        standardized_coef=coef,
+        standardizer=standardizer,
         tol=tol,
         lambda_max=float(eig[0]),
         lambda_min=float(eig[-1]),
@@ -1004,6 +1197,40 @@ def solve_dual(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
         trace=float(eig.sum()),
         rank=r,
     )
+
+
+def _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol):
+    """Ridge coefficients (standardized) from the kernel of the user's metric.
+
+    With ``K K^T = 2**shift (A kron B)`` (:meth:`TokenStandardizer.penalty_factors`)
+    and Cholesky factors ``A = La La^T``, ``B = Lb Lb^T``, the rows
+    ``kron(La^{-1} S_r, Lb^{-1} x_r)`` have the user's inner products (up to
+    ``2**-shift``); ridge on them with ``alpha 2**shift`` and the map back
+    ``c = (A^{-1} kron B^{-1}) Phi^T a`` give ``(G + alpha K K^T)^{-1} Phi^T y``.
+    """
+    A, B, shift = standardizer.penalty_factors()
+    La = scipy.linalg.cholesky(A, lower=True, check_finite=False)
+    Lb = scipy.linalg.cholesky(B, lower=True, check_finite=False)
+    St = scipy.linalg.solve_triangular(La, S.T, lower=True, check_finite=False).T
+    xt = scipy.linalg.solve_triangular(Lb, x.T, lower=True, check_finite=False).T
+    K = (St @ St.T) * (xt @ xt.T)
+    if sw is not None:
+        K *= sw[:, None] * sw[None, :]
+    mu, U = scipy.linalg.eigh(K, driver="evr", overwrite_a=True, check_finite=False)
+    mu = np.clip(mu, 0.0, None)
+    a_shift = float(np.ldexp(alpha, shift))
+    denom = mu + a_shift
+    keep = denom > (eigenvalue_tolerance(mu.max(initial=0.0), mu.size) if a_shift == 0 else 0)
+    Yw = Yr if sw is None else Yr * sw[:, None]
+    inv = np.zeros_like(mu)
+    inv[keep] = 1.0 / denom[keep]
+    a = U @ (inv[:, None] * (U.T @ Yw))
+    if sw is not None:
+        a = a * sw[:, None]
+    # (A^{-1} kron B^{-1}) Phi^T a, with rows kron(A^{-1} S_r, B^{-1} x_r).
+    SA = scipy.linalg.solve_triangular(La, St.T, lower=True, trans=1, check_finite=False).T
+    xB = scipy.linalg.solve_triangular(Lb, xt.T, lower=True, trans=1, check_finite=False).T
+    return features_rmatvec(SA, xB, a)
 
 
 # --------------------------------------------------------------------------
@@ -1024,9 +1251,11 @@ class _ImplicitGram:
     :attr:`exact` is False.
     """
 
-    def __init__(self, X, lengths, readout, sample_weight=None, cache_dtype=None):
+    def __init__(self, X, lengths, readout, sample_weight=None, cache_dtype=None,
+                 standardizer=None):
         self.X, self.lengths, self.readout = X, lengths, readout
         self.sample_weight = sample_weight
+        self.standardizer = standardizer
         self.n_samples, self.n_tokens, self.d = X.shape
         self.P = self.d * (self.d + 1) // 2
         self.psi = n_attention_features(self.d)
@@ -1044,7 +1273,8 @@ class _ImplicitGram:
         per_row = self.P * (k + 2) + self.d * (k + 2)
         per_sample = _row_values(self.d, self.n_tokens, self.readout, per_row)
         for sl in iter_sample_chunks(self.n_samples, per_sample):
-            yield _chunk_rows(self.X, self.lengths, sl, self.readout, Y, self.sample_weight)
+            yield _chunk_rows(self.X, self.lengths, sl, self.readout, Y, self.sample_weight,
+                              self.standardizer)
 
     def matmat(self, V):
         """``G @ V`` for V of shape (psi, k), from the cache when there is one."""
@@ -1133,29 +1363,41 @@ class _ImplicitGram:
 
 
 class _KroneckerPreconditioner:
-    """Inverse of ``(A kron B) / W + alpha I``, an approximation of ``G + alpha I``.
+    """Inverse of ``(A kron B) / W + alpha (A_P kron B_P)``, an approximation of ``G + alpha P``.
 
     ``A = S^T W S`` (P x P) and ``B = x^T W x`` (d x d) are the second
     moments of the two factors of the rows ``kron(S_r, x_r)``; if they were
-    independent, ``E[h h^T] = E[S S^T] kron E[x x^T]``.  Applying the inverse
-    costs O(P^2 d + P d^2) per vector through the eigen-decompositions of A
-    and B.  ``range(G)`` lies in ``range(A) kron range(B)``: the
-    positive-semidefinite version (``definite=False``) inverts there and is
-    zero elsewhere, so that iterates never leave the span of the data.
+    independent, ``E[h h^T] = E[S S^T] kron E[x x^T]``.  The ridge penalty
+    ``alpha P`` is ``alpha I`` (``penalty=None``) or the Kronecker product
+    ``2**shift (A_P kron B_P)`` of :meth:`TokenStandardizer.penalty_factors`;
+    either way the generalized eigenvectors of ``(A, A_P)`` and ``(B, B_P)``
+    diagonalise both terms, so applying the inverse costs O(P^2 d + P d^2)
+    per vector.  ``range(G)`` lies in ``range(A) kron range(B)``: the
+    positive-semidefinite version (``definite=False``, alpha = 0) inverts
+    there and is zero elsewhere, so that iterates never leave the span of
+    the data.
     """
 
-    def __init__(self, A, B, weight_sum, alpha, dtype):
-        wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
-        wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
-        wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
+    def __init__(self, A, B, weight_sum, alpha, dtype, penalty=None):
         self.P, self.d = A.shape[0], B.shape[0]
+        self.orthogonal = penalty is None
+        if penalty is None:
+            wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
+            wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
+        else:
+            PA, PB, shift = penalty
+            wa, self.Ua = scipy.linalg.eigh(A, PA, check_finite=False)
+            wb, self.Ub = scipy.linalg.eigh(B, PB, check_finite=False)
+            alpha = float(np.ldexp(alpha, shift))
+        wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
         keep = (wa > eigenvalue_tolerance(wa.max(), self.P, dtype))[:, None] & (
             wb > eigenvalue_tolerance(wb.max(), self.d, dtype)
         )[None, :]
-        D = np.outer(wa, wb) / max(weight_sum, np.finfo(np.float64).tiny) + alpha
+        D = np.outer(wa, wb) / max(weight_sum, np.finfo(np.float64).tiny)
+        D = D + min(alpha, np.finfo(np.float64).max / 4)
         self.inv = np.zeros_like(D)
         if alpha > 0:
-            self.inv = 1.0 / D
+            self.inv = 1.0 / np.maximum(D, np.finfo(np.float64).tiny)
         else:
             self.inv[keep] = 1.0 / D[keep]
         floor = eigenvalue_tolerance(D.max(), self.P * self.d, dtype)
@@ -1169,6 +1411,8 @@ class _KroneckerPreconditioner:
 
     def multiply(self, R):
         """``M R`` for the definite M whose inverse is ``apply(R, definite=True)``."""
+        if not self.orthogonal:
+            raise ValueError("multiply needs the preconditioner of G alone (penalty=None).")
         return self._diagonal_product(R, 1.0 / self.inv_definite)
 
     def _diagonal_product(self, R, diagonal):
@@ -1182,15 +1426,30 @@ class _KroneckerPreconditioner:
         return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
 
 
-def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None, record=None, stop=None):
-    """Preconditioned CG on ``(G + alpha I) X = Bm``, one independent recurrence per column.
+def _kronecker_product(factors, alpha):
+    """``alpha 2**shift (A kron B) V`` for V of shape (psi, k), factors ``(A, B, shift)``."""
+    A, B, shift = factors
+    P, d = A.shape[0], B.shape[0]
+
+    def product(V):
+        k = V.shape[1]
+        V3 = V.T.reshape(k, P, d)
+        return np.ldexp(A @ V3 @ B, shift).reshape(k, -1).T * alpha
+    return product
+
+
+def _pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, stop=None):
+    """Preconditioned CG on ``(G + penalty) X = Bm``, one independent recurrence per column.
+
+    ``penalty`` is None or a function returning the ridge term's product
+    ``alpha P V`` for a block V.
 
     Columns stop when ``||residual|| <= rtol * ||b||``; the products of the
     still-active columns share one pass over the data.
 
     ``exact``, when given, is an accurate product and ``matmat`` a cheaper,
     inexact one (the float32 cache).  The recursive residual is then
-    replaced by the exact ``Bm - (G + alpha I) X`` (residual replacement,
+    replaced by the exact ``Bm - (G + penalty) X`` (residual replacement,
     van der Vorst and Ye 2000) whenever it has fallen by ``_CG_REPLACE``
     since the last replacement, and before a column stops: only exact
     residuals stop a column, so ``rtol`` holds for the exact system.
@@ -1219,8 +1478,8 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None, record=None, st
             if check.any():
                 idx = np.flatnonzero(check)
                 Q = exact(X[:, idx])
-                if alpha:
-                    Q += alpha * X[:, idx]
+                if penalty is not None:
+                    Q += penalty(X[:, idx])
                 R[:, idx] = Bm[:, idx] - Q
                 rel[idx] = np.linalg.norm(R[:, idx], axis=0) / bnorm[idx]
                 replaced[idx] = rel[idx]
@@ -1231,8 +1490,8 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None, record=None, st
         idx = np.flatnonzero(active)
         Da = D[:, idx]
         Q = matmat(Da)
-        if alpha:
-            Q += alpha * Da
+        if penalty is not None:
+            Q += penalty(Da)
         dq = np.einsum("ik,ik->k", Da, Q)
         ok = dq > 0
         step = np.where(ok, rz[idx] / np.where(ok, dq, 1.0), 0.0)
@@ -1256,8 +1515,8 @@ def _pcg(matmat, Bm, precond, alpha, rtol, max_iter, exact=None, record=None, st
         stale = np.flatnonzero(nonzero & (replaced != rel))
         if stale.size:
             Q = exact(X[:, stale])
-            if alpha:
-                Q += alpha * X[:, stale]
+            if penalty is not None:
+                Q += penalty(X[:, stale])
             R[:, stale] = Bm[:, stale] - Q
     rel[nonzero] = np.linalg.norm(R[:, nonzero], axis=0) / bnorm[nonzero]
     return X, n_iter, rel
@@ -1356,7 +1615,7 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None):
 
     b_norm = np.linalg.norm(b)
     exact = None if op.exact else op.matmat_exact
-    x, n_iter, rel = _pcg(op.matmat, b, inverse, 0.0, 0.5 * _RANDOM_DELTA / b_norm, max_iter,
+    x, n_iter, rel = _pcg(op.matmat, b, inverse, None, 0.5 * _RANDOM_DELTA / b_norm, max_iter,
                           exact=exact, record=record, stop=stop)
     # With ``exact``, _pcg reports exact residuals; otherwise its residual is
     # the recursive one, and matmat is itself the exact product.
@@ -1544,7 +1803,7 @@ def _cg_cache_dtype(n_rows, d, memory_budget=None):
 
 def solve_cg(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
              dtype=np.float64, tol=1e-8, max_iter=None, memory_budget=None,
-             cache_dtype="auto"):
+             cache_dtype="auto", standardizer=None):
     """Matrix-free fit: preconditioned CG on the normal equations and LOBPCG.
 
     Never forms ``Phi`` nor ``G = Phi^T W Phi`` (see :class:`_ImplicitGram`).
@@ -1584,15 +1843,35 @@ def solve_cg(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     if isinstance(cache_dtype, str) and cache_dtype == "auto":
         cache_dtype = _cg_cache_dtype(_n_rows(lengths, readout, sample_weight), X.shape[2],
                                       memory_budget)
-    op = _ImplicitGram(X, lengths, readout, sample_weight, cache_dtype=cache_dtype)
+    standardizer = standardizer or TokenStandardizer.identity(X.shape[2])
+    op = _ImplicitGram(X, lengths, readout, sample_weight, cache_dtype=cache_dtype,
+                       standardizer=standardizer)
     setup = op.setup(Y)
+    if not setup["trace"] > 0:
+        return _zero_design_solution(op.psi, None if Y is None else Y.shape[-1], standardizer,
+                                     "cg"), setup
     precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"],
-                                       alpha, dtype)
+                                       0.0, dtype)
     coef, n_iter = None, 0
     if Y is not None:
         max_iter = _CG_MAX_ITER if max_iter is None else int(max_iter)
-        C, n_iter, rel = _pcg(op.matmat, setup["b"].T, precond.apply, alpha, tol, max_iter,
-                              exact=None if op.exact else op.matmat_exact)
+        fit_precond, penalty = precond, None
+        alpha_s = standardizer.alpha(alpha)
+        if alpha_s > 0:
+            scalar = standardizer.penalty_scalar()
+            if scalar is not None:
+                a = float(np.ldexp(alpha_s, scalar))
+                fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
+                                                       setup["weight_sum"], a, dtype)
+                penalty = lambda V: a * V  # noqa: E731
+            else:
+                factors = standardizer.penalty_factors()
+                fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
+                                                       setup["weight_sum"], alpha_s, dtype,
+                                                       penalty=factors)
+                penalty = _kronecker_product(factors, alpha_s)
+        C, n_iter, rel = _pcg(op.matmat, setup["b"].T, fit_precond.apply, penalty, tol,
+                              max_iter, exact=None if op.exact else op.matmat_exact)
         if np.any(rel > tol):
             warnings.warn(
                 f"solver='cg' stopped after {n_iter} iterations with a relative residual of "
@@ -1607,7 +1886,9 @@ def solve_cg(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     else:
         rank = op.psi - max(1, int(np.count_nonzero(ext["values"] <= ext["tol"])))
     solution = SpectralSolution(
-        coef=coef,
+        coef=None,
+        standardized_coef=coef,
+        standardizer=standardizer,
         tol=ext["tol"],
         lambda_max=ext["lambda_max"],
         lambda_min=ext["lambda_min"],
@@ -1621,6 +1902,25 @@ def solve_cg(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
         n_iter=n_iter,
     )
     return solution, setup
+
+
+def _zero_design_solution(psi, d_out, standardizer, method):
+    """Every feature row is zero: nothing is determined, the fit is the zero model."""
+    null = np.zeros(psi)
+    null[0] = 1.0
+    return SpectralSolution(
+        coef=None,
+        standardized_coef=None if d_out is None else np.zeros((d_out, psi)),
+        standardizer=standardizer,
+        tol=0.0,
+        lambda_max=0.0,
+        lambda_min=0.0,
+        n_features=psi,
+        method=method,
+        min_eigenvector=null,
+        trace=0.0,
+        rank=0,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -1683,12 +1983,64 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
         return tall_choice
     budget = default_memory_budget() if memory_budget is None else memory_budget
     if n_rows < psi:
-        if 8 * (2 * n_rows * n_rows + n_rows * psi) <= budget:
+        if solver_memory("dual", n_rows, psi) <= budget:
             return "dual"
         return "cg"
-    if _DENSE_ARRAYS * 8 * psi * psi > budget:
+    if solver_memory(tall_choice, n_rows, psi) > budget:
         return "cg"
     return tall_choice
+
+
+def solver_memory(solver, n_rows, psi):
+    """Bytes of the dense arrays a solver allocates for a design of n_rows x psi.
+
+    The memory model, in one place: ``"eigh"`` and ``"cholesky"`` hold about
+    3.25 psi x psi float64 arrays (statistics, Gram matrix, eigenvectors or
+    factor); ``"svd"`` the design matrix, its copy for LAPACK and the
+    factors (``3 n_rows psi + psi**2 + 4 k**2`` values, k = min(n_rows,
+    psi)); ``"dual"`` the n_rows x n_rows kernel, its eigenvectors and
+    LAPACK's work space, and the row basis (``3 n_rows**2 + n_rows psi``
+    values).  ``"cg"`` sizes its cache and Lanczos vectors to the budget
+    (:func:`_cg_cache_dtype`) and ``"lsmr"`` checks its sparse rows while it
+    builds them, so both count 0 here.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._solvers import solver_memory
+    >>> round(solver_memory("dual", 1000, 936) / 2**20, 1)  # MiB
+    30.0
+    """
+    n_rows, psi = int(n_rows), int(psi)
+    if solver in STATISTICS_SOLVERS:
+        return _DENSE_ARRAYS * 8 * psi * psi
+    if solver == "svd":
+        k = min(n_rows, psi)
+        return 8.0 * (3 * n_rows * psi + psi * psi + 4 * k * k)
+    if solver == "dual":
+        return 8.0 * (3 * n_rows * n_rows + n_rows * psi)
+    return 0.0
+
+
+def check_solver_memory(solver, n_rows, psi, memory_budget=None):
+    """Raise a ValueError before a solver allocates more than the memory budget.
+
+    The message gives the estimate (:func:`solver_memory`), the budget and
+    the solvers whose arrays would fit.
+    """
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    need = solver_memory(solver, n_rows, psi)
+    if need <= budget:
+        return
+    fits = [s for s in SOLVERS[1:] if s != "lsmr" and solver_memory(s, n_rows, psi) <= budget]
+    what = {
+        "dual": f"an {n_rows} x {n_rows} kernel matrix for N = {n_rows} feature rows",
+        "svd": f"the {n_rows} x {psi} design matrix and its SVD",
+    }.get(solver, f"{psi} x {psi} dense matrices (psi = {psi} features)")
+    raise ValueError(
+        f"solver={solver!r} needs about {need / 2**30:.3g} GiB for {what}, more than the "
+        f"memory budget of {budget / 2**30:.3g} GiB (half the physical memory); solvers "
+        f"whose arrays fit: {fits}."
+    )
 
 
 def _n_rows(lengths, readout, sample_weight):
@@ -1699,7 +2051,7 @@ def _n_rows(lengths, readout, sample_weight):
 
 
 def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto", sample_weight=None,
-          tol=1e-8, max_iter=None, memory_budget=None):
+          tol=1e-8, max_iter=None, memory_budget=None, standardizer=None):
     """Fit coefficients and the Gram spectrum in one call.
 
     Parameters
@@ -1713,8 +2065,10 @@ def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto", sample_wei
         only (for the certificate).
     readout : {"last", "all"}
     alpha : float
-        Ridge penalty; 0 gives the minimum-norm least-squares solution (see
-        :func:`solve_cg` for ``"cg"``).
+        Ridge penalty on the coefficients (in the units of X and Y); 0 gives
+        the least-squares solution of minimum norm in standardized
+        coordinates (see :mod:`._standardize`; for ``"cg"`` see
+        :func:`solve_cg`).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}
         ``"lsmr"`` (sparse rows, for one-hot data) is never chosen by
         ``"auto"``; see :func:`~._sparse.solve_lsmr`.
@@ -1723,7 +2077,12 @@ def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto", sample_wei
     tol, max_iter : float, int or None
         Stopping rule of ``"cg"``; ``max_iter`` also caps ``"lsmr"``.
     memory_budget : int or None
-        For ``"auto"`` (:func:`choose_solver`) and the certificate of ``"lsmr"``.
+        For ``"auto"`` (:func:`choose_solver`), the memory check of an
+        explicit solver (:func:`check_solver_memory`) and the certificate of
+        ``"lsmr"``.
+    standardizer : TokenStandardizer or None
+        The standardized coordinates; None computes them from X (whitened,
+        except for ``"lsmr"``, which keeps rows sparse).
 
     Returns
     -------
@@ -1731,6 +2090,12 @@ def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto", sample_wei
     stats : SufficientStatistics
         With the Gram matrix for "eigh" and "cholesky"; counts, weights and
         target moments only for the other solvers.
+
+    Raises
+    ------
+    ValueError
+        When the solver's dense arrays would not fit the memory budget (the
+        message says which solvers would), or every row has zero weight.
 
     Examples
     --------
@@ -1749,21 +2114,25 @@ def solve(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto", sample_wei
     d_out = None if Y is None else Y.shape[-1]
     if sample_weight is not None:
         sample_weight = np.asarray(sample_weight, dtype=np.float64)
-    solver = choose_solver(solver, _n_rows(lengths, readout, sample_weight), psi,
-                           memory_budget=memory_budget)
+    n_rows = _n_rows(lengths, readout, sample_weight)
+    solver = choose_solver(solver, n_rows, psi, memory_budget=memory_budget)
     if solver not in SOLVERS[1:]:
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
+    check_solver_memory(solver, n_rows, psi, memory_budget)
+    if standardizer is None:
+        standardizer = standardizer_for(X, lengths, Y, sample_weight)
     if solver in STATISTICS_SOLVERS:
-        stats = SufficientStatistics(d, d_out)
+        stats = SufficientStatistics(d, d_out, standardizer=standardizer)
         stats.update(X, lengths, Y, readout=readout, sample_weight=sample_weight)
         if stats.n_rows == 0:
             raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
         return solve_statistics(stats, alpha, solver), stats
-    stats = SufficientStatistics(d, d_out, gram=False)
+    stats = SufficientStatistics(d, d_out, gram=False, standardizer=standardizer)
     stats.update(X, lengths, Y, readout=readout, sample_weight=sample_weight)
     if stats.n_rows == 0:
         raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
-    kwargs = dict(readout=readout, alpha=alpha, sample_weight=sample_weight, dtype=stats.dtype)
+    kwargs = dict(readout=readout, alpha=alpha, sample_weight=sample_weight, dtype=stats.dtype,
+                  standardizer=standardizer)
     if solver == "svd":
         solution = solve_svd(X, lengths, Y, **kwargs)
     elif solver == "dual":

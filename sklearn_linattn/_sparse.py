@@ -31,6 +31,7 @@ from ._solvers import (
     default_memory_budget,
     eigenvalue_tolerance,
 )
+from ._standardize import TokenStandardizer
 from ._validation import check_lengths_array, check_readout
 
 __all__ = ["solve_lsmr", "sparse_feature_rows"]
@@ -83,7 +84,8 @@ def _kron_rows(S, x):
     return indptr, indices, data
 
 
-def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None):
+def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, standardizer=None,
+                        memory_budget=None):
     """The feature rows H as a scipy.sparse CSR matrix.
 
     Same rows, same order and same feature order as the dense
@@ -105,6 +107,13 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None):
     sample_weight : ndarray of shape (n_samples,) or None, default=None
         When given, rows of sequences with weight 0 are dropped (the other
         rows are not scaled).
+    standardizer : TokenStandardizer or None, default=None
+        Build the rows of the standardized tokens (float64); a power-of-two
+        scaling per coordinate keeps them as sparse as the tokens.
+    memory_budget : int or None, default=None
+        Bytes the rows may take (None: no limit); a ValueError is raised as
+        soon as the non-zeros built so far exceed it, before any more is
+        allocated.
 
     Returns
     -------
@@ -131,7 +140,7 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None):
         raise ValueError(f"X must be an array of shape (n_samples, n_tokens, d); got {X.shape}.")
     n_samples, n_tokens, d = X.shape
     lengths = check_lengths_array(lengths, n_samples, n_tokens).astype(np.int64, copy=False)
-    dtype = np.float32 if X.dtype == np.float32 else np.float64
+    dtype = np.float32 if X.dtype == np.float32 and standardizer is None else np.float64
     keep = None
     if sample_weight is not None:
         keep = np.asarray(sample_weight) > 0
@@ -150,8 +159,19 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None):
         pad = np.arange(n_tokens)[None, :] >= lc[:, None]
         if pad.any():
             Xc = np.where(pad[:, :, None], dtype(0), Xc)
+        if standardizer is not None:
+            Xc = standardizer.transform(Xc)
         S, x, sample = row_factors(Xc, lc, readout)
+        if standardizer is not None:
+            S = standardizer.scale_moments(S)
         ptr, ind, val = _kron_rows(S, x)
+        if memory_budget is not None and (nnz + int(ptr[-1])) * 16 > memory_budget:
+            raise ValueError(
+                f"the sparse feature rows need more than the memory budget of "
+                f"{memory_budget / 2**30:.3g} GiB (half the physical memory): "
+                f"{nnz + int(ptr[-1])} non-zeros after {sl.stop} of {n_samples} sequences, "
+                "so the data are not sparse enough for solver='lsmr'; use solver='cg'."
+            )
         indptrs.append(ptr[1:] + nnz)
         indices.append(ind)
         data.append(val.astype(dtype, copy=False))
@@ -188,7 +208,7 @@ def gram_fits(m, memory_budget=None):
 
 
 def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
-               dtype=np.float64, max_iter=None, memory_budget=None):
+               dtype=np.float64, max_iter=None, memory_budget=None, standardizer=None):
     """Sparse least squares on the active columns by LSMR, for one-hot data.
 
     - Rows: :func:`sparse_feature_rows`, scaled by ``sqrt(w)``; memory
@@ -223,11 +243,19 @@ def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
         shape (m, rank) in their coordinates.
     """
     psi = n_attention_features(X.shape[2])
-    H, sample = sparse_feature_rows(X, lengths, readout, sample_weight=sample_weight)
+    if standardizer is None:
+        standardizer = TokenStandardizer.identity(X.shape[2])
+    # The rows themselves may use the whole budget; ``memory_budget`` decides
+    # only whether the certificate's dense eigen-decomposition fits.
+    H, sample = sparse_feature_rows(X, lengths, readout, sample_weight=sample_weight,
+                                    standardizer=standardizer,
+                                    memory_budget=default_memory_budget())
     H = H.astype(np.float64, copy=False)
-    Yr = None if Y is None else _target_rows(Y, lengths, readout, sample)
+    Yr = None if Y is None else standardizer.transform_targets(
+        _target_rows(Y, lengths, readout, sample))
     if sample_weight is not None:
-        sw = np.sqrt(np.asarray(sample_weight, dtype=np.float64)[sample])
+        w = standardizer.transform_weights(np.asarray(sample_weight, dtype=np.float64))
+        sw = np.sqrt(w[sample])
         H = scipy.sparse.diags(sw) @ H
         H = H.tocsr()
         Yr = None if Yr is None else Yr * sw[:, None]
@@ -244,12 +272,14 @@ def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     if Yr is not None:
         max_iter = 10 * max(m, 1) if max_iter is None else int(max_iter)
         coef = np.zeros((Yr.shape[1], psi))
-        damp = float(np.sqrt(alpha))
+        A, damp = _penalized_rows(A, active, standardizer, standardizer.alpha(alpha))
         worst = None
         for a in range(Yr.shape[1]):
             b = Yr[:, a]
             if m == 0 or not np.any(b):
                 continue
+            if A.shape[0] > Yr.shape[0]:
+                b = np.concatenate([b, np.zeros(A.shape[0] - Yr.shape[0])])
             # LSMR's vector operations are level-1 BLAS: threads only add
             # synchronisation (on a busy machine, spinning threads made the
             # iterations 3-4 times slower).
@@ -262,6 +292,7 @@ def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
             if istop == 7:
                 rel = normar / max(normA * normr, np.finfo(np.float64).tiny)
                 worst = rel if worst is None else max(worst, rel)
+        A = A[: Yr.shape[0]]
         if worst is not None:
             warnings.warn(
                 f"solver='lsmr' stopped after max_iter={max_iter} iterations with a relative "
@@ -293,7 +324,9 @@ def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
         min_vector = np.zeros(psi)
         min_vector[np.flatnonzero(inactive)[0]] = 1.0
     return SpectralSolution(
-        coef=coef,
+        coef=None,
+        standardized_coef=coef,
+        standardizer=standardizer,
         tol=tol,
         lambda_max=lam_max,
         lambda_min=lam_min,
@@ -308,6 +341,29 @@ def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
         n_iter=n_iter,
         active_columns=active,
     )
+
+
+def _penalized_rows(A, active, standardizer, alpha):
+    """Rows and LSMR damping for the ridge penalty ``alpha ||c||**2`` on the user's coefficients.
+
+    A multiple of the identity in standardized coordinates is LSMR's own
+    ``damp``; a diagonal penalty (power-of-two scales per coordinate) is
+    appended as the rows ``sqrt(alpha p_j) e_j`` of the active columns.
+    """
+    if alpha <= 0:
+        return A, 0.0
+    scalar = standardizer.penalty_scalar()
+    if scalar is not None:
+        return A, float(np.sqrt(np.ldexp(alpha, scalar)))
+    if standardizer.whitened:
+        # Dense data (whitened): the penalty rows are a dense block.
+        F = standardizer.penalty_rows(alpha)[:, active]
+        extra = scipy.sparse.csr_matrix(F)
+    else:
+        PA, PB, shift = standardizer.penalty_factors()
+        p = np.ldexp(np.kron(np.diagonal(PA), np.diagonal(PB)), shift)[active] * alpha
+        extra = scipy.sparse.diags(np.sqrt(p), shape=(active.size, active.size), format="csr")
+    return scipy.sparse.vstack([A, extra], format="csr"), 0.0
 
 
 def _active_spectrum(A, psi, dtype):

@@ -21,6 +21,9 @@ __all__ = [
 ]
 
 READOUTS = ("last", "all")
+# Floating dtypes kept as given (the others are converted to float64): the
+# certificate judges the data by the precision it really has.
+_FLOAT_DTYPES = (np.float64, np.float32, np.float16)
 
 
 def _describe(a):
@@ -111,7 +114,7 @@ def _pad_list(seqs, name):
     dtype = np.result_type(*arrays)
     if dtype.kind != "f":
         dtype = np.float64
-    if dtype not in (np.float32, np.float64):
+    if dtype not in _FLOAT_DTYPES:
         dtype = np.float64
     out = np.full((len(arrays), n_tokens, dims.pop()), np.nan, dtype=dtype)
     for i, a in enumerate(arrays):
@@ -212,8 +215,11 @@ arrays, or array-like of shape (n_samples, n_columns)
 
     Returns
     -------
-    X : ndarray of shape (n_samples, n_tokens, d), float64 or float32
+    X : ndarray of shape (n_samples, n_tokens, d), float64, float32 or float16
         A new array unless ``copy=False`` (the input is never modified).
+        Floating input keeps its dtype (the certificate's tolerance follows
+        its precision; computations are in float64); any other numeric
+        input becomes float64.
     lengths : ndarray of shape (n_samples,), int64
         Number of real tokens of each sequence.
 
@@ -284,7 +290,7 @@ arrays, or array-like of shape (n_samples, n_columns)
         )
     X = check_array(
         X,
-        dtype=[np.float64, np.float32],
+        dtype=list(_FLOAT_DTYPES),
         ensure_all_finite=False,
         ensure_2d=False,
         allow_nd=True,
@@ -381,7 +387,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X"):
 
     Returns
     -------
-    X : ndarray of shape (n_samples, n_tokens, d), float64 or float32
+    X : ndarray of shape (n_samples, n_tokens, d), float64, float32 or float16
     lengths : ndarray of shape (n_samples,), int64
     """
     X = np.asarray(X)
@@ -393,7 +399,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X"):
         )
     _check_token_dimension(X, n_features, name)
     lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
-    if X.dtype not in (np.float32, np.float64):
+    if X.dtype not in _FLOAT_DTYPES:
         X = X.astype(np.float64)
     pad = np.arange(X.shape[1])[None, :] >= lengths[:, None]
     if pad.any() and np.any(X[pad] != 0):

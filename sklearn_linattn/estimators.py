@@ -23,10 +23,12 @@ from ._solvers import (
     SOLVERS,
     STATISTICS_SOLVERS,
     SufficientStatistics,
+    check_solver_memory,
     choose_solver,
     solve,
     solve_statistics,
 )
+from ._standardize import StandardizerAccumulator, TokenStandardizer, scale_per_sample
 from ._validation import (
     check_readout,
     check_sample_weight,
@@ -168,7 +170,10 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
 
     Subclasses set ``value_matrices_``, ``key_query_matrices_``,
     ``n_features_in_`` and ``_single_output`` in ``fit`` and have ``readout``
-    and ``token_dim`` parameters.
+    and ``token_dim`` parameters.  A subclass that fitted in standardized
+    coordinates also sets ``standardization_`` and ``_standardized_heads``
+    (the heads in those coordinates): outputs are then computed there, where
+    the model is best conditioned, and mapped back exactly.
     """
 
     def _validate_X(self, X):
@@ -177,6 +182,16 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
 
     def _shape_output(self, Y):
         return Y[..., 0] if self._single_output else Y
+
+    def _forward(self, X, lengths):
+        """Outputs of the fitted model on validated sequences, shape (n, [n_tokens,] d_out)."""
+        heads = getattr(self, "_standardized_heads", None)
+        if heads is None:
+            return mhla_forward(X, self.value_matrices_, self.key_query_matrices_, lengths,
+                                readout=self.readout)
+        st = self.standardization_
+        Xs = st.transform(X)
+        return st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout))
 
     def predict(self, X):
         """Run the fitted attention heads on X.
@@ -194,10 +209,7 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             padded positions.
         """
         X, lengths = self._validate_X(X)
-        Y = mhla_forward(
-            X, self.value_matrices_, self.key_query_matrices_, lengths, readout=self.readout
-        )
-        return self._shape_output(Y)
+        return self._shape_output(self._forward(X, lengths))
 
     def generate(self, X, n_steps, *, rounding=None):
         """Continue sequences autoregressively with the fitted heads.
@@ -270,14 +282,8 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         """
         Xv, lengths = self._validate_X(X)
         Y, _ = check_targets(y, lengths, Xv.shape[1], readout=self.readout)
-        pred = mhla_forward(
-            Xv, self.value_matrices_, self.key_query_matrices_, lengths, readout=self.readout
-        )
-        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        if w is not None and w.shape != (Xv.shape[0],):
-            raise ValueError(
-                f"sample_weight must have shape ({Xv.shape[0]},); got {w.shape}."
-            )
+        w = check_sample_weight(sample_weight, Xv.shape[0])
+        pred = self._forward(Xv, lengths)
         if self.readout == "all":
             real = np.arange(Xv.shape[1])[None, :] < lengths[:, None]
             Y, pred = Y[real], pred[real]
@@ -350,6 +356,21 @@ class _TrainingData:
             w = None if self.sample_weight is None else self.sample_weight[sl]
             yield Xc, lc, Yc, single, w
 
+    def scales(self, batches):
+        """Token and target magnitudes of all the data (one pass over the batches).
+
+        Returns the :class:`~._standardize.StandardizerAccumulator` whose
+        ``finish()`` gives the standardized coordinates.  For chunked data this
+        validates every chunk once more before the solver's own pass; errors in
+        the data are raised here, before any expensive work.
+        """
+        acc = None
+        for Xc, lc, Yc, _, wc in batches:
+            if acc is None:
+                acc = StandardizerAccumulator(Xc.shape[2], Yc.shape[-1])
+            acc.update(Xc, lc, Yc, wc)
+        return acc
+
     def n_rows_bound(self, n_tokens):
         """Number of feature rows (an upper bound for ``readout="all"`` on chunked data)."""
         w = self.sample_weight
@@ -402,9 +423,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``"all"``: a target at every position (causal attention over each
         prefix), as in autoregressive training.
     alpha : float, default=0.0
-        Ridge penalty on the coefficients.  0 gives the exact empirical risk
-        minimizer, the minimum-norm one when the features are rank-deficient
-        (except with ``solver="cg"``, see there).
+        Ridge penalty on the coefficients ``coef_`` (in the units of X and y,
+        as scikit-learn's ``Ridge``).  0 gives the exact empirical risk
+        minimizer; when the features are rank-deficient, the one of minimum
+        norm in the standardized coordinates (``standardization_``, see Notes),
+        except with ``solver="cg"`` (see there).
     n_heads : int or None, default=None
         None returns every head of the SVD.  An integer k compresses to at
         most k heads by alternating least squares started from the truncated
@@ -432,8 +455,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
           random start and, when that leaves the verdict open, LOBPCG).
           With ``alpha=0`` on a rank-deficient design the coefficients are a
           least-squares solution of minimal preconditioned norm, not the
-          Euclidean minimum-norm one: same training fit, same predictions on
-          every input the certificate would cover.
+          minimum-norm one of the other solvers: same training fit, same
+          predictions on every input the certificate would cover.
         - ``"lsmr"``: for one-hot (sparse) tokens: the feature rows as a sparse
           matrix restricted to its active (non-zero) columns, LSMR per output
           (memory follows the non-zeros; the minimum-norm solution for
@@ -471,7 +494,14 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Number of heads returned.
     compression_residual_ : float or None
         Relative coefficient residual of the head compression (None when
-        ``n_heads`` did not call for compression).
+        ``n_heads`` did not call for compression), measured in the
+        standardized coordinates where the heads are compressed.
+    standardization_ : TokenStandardizer
+        The standardized coordinates the model was fitted in: exact
+        power-of-two scales of each token coordinate, the targets and the
+        weights, and (for dense tokens) the whitening of the token second
+        moment; ``standardization_.transform(X)`` gives the standardized
+        tokens.  See Notes.
     n_features_in_ : int
         Token dimension d.
     n_outputs_ : int
@@ -514,6 +544,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     chunk (memory O(chunk + psi^2): about 50 MB beyond X at d = 8, for a
     million sequences as for a thousand); ``fit`` is one reset followed by a
     pass over the chunks.
+
+    **Units.** The fit does not depend on the units of the data: every
+    solver works on standardized tokens (each coordinate scaled by an exact
+    power of two, then whitened to unit second moment) and maps the result
+    back, so ``X``, ``c * X`` (any c from 1e-100 to 1e100) and ``X @ A`` (any
+    invertible A) give the same function, verdict and predictions, to the
+    rounding of the data.  Two choices follow from it: on a rank-deficient
+    design ``alpha=0`` returns the minimizer of minimum norm in those
+    coordinates (itself unit-free; all minimizers agree on the inputs
+    ``certificate_.covers``), and ``predict`` evaluates the model there.
+    Results that do not fit in float64 in the data's own units raise a
+    ValueError.
 
     **Precision.** Float32 sequences stay float32 in memory (validation
     copies them as float32, and ``"cg"`` reads them in place); the features
@@ -621,9 +663,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._check_params()
         start = time.perf_counter()
         if is_dask_collection(X) or is_dask_collection(y):
-            self._stats = None
-            stats, n_tokens, single = self._dask_statistics(X, y, sample_weight)
-            return self._fit_statistics(stats, n_tokens=n_tokens, single_output=single)
+            self._stats = self._scales = None
+            stats, n_tokens, single, scales = self._dask_statistics(X, y, sample_weight)
+            self._fit_statistics(stats, n_tokens=n_tokens, single_output=single)
+            self._scales = scales
+            return self
         data = _TrainingData(
             X, y, sample_weight, token_dim=self.token_dim, readout=self.readout
         )
@@ -631,20 +675,25 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         first = next(batches)
         d, d_out, n_tokens = first[0].shape[2], first[2].shape[-1], first[0].shape[1]
         psi = n_attention_features(d)
-        solver = choose_solver(self.solver, data.n_rows_bound(n_tokens), psi)
+        n_rows = data.n_rows_bound(n_tokens)
+        solver = choose_solver(self.solver, n_rows, psi)
+        check_solver_memory(solver, n_rows, psi)
         self._stats = None
+        self._scales = data.scales(itertools.chain([first], batches))
+        standardizer = self._scales.finish()
+        self._log("standardized coordinates", start)
         if solver in STATISTICS_SOLVERS:
-            stats = SufficientStatistics(d, d_out)
-            for Xc, lc, Yc, _, wc in itertools.chain([first], batches):
+            stats = SufficientStatistics(d, d_out, standardizer=standardizer)
+            for Xc, lc, Yc, _, wc in data.batches():
                 stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
             self._log(f"statistics of {stats.n_rows} feature rows", start)
             self._fit_from_statistics(stats, solver, single_output=first[3], start=start)
             return self
-        Xa, lengths, Y, w = data.arrays(itertools.chain([first], batches),
-                                        copy=solver != "cg")
+        Xa, lengths, Y, w = data.arrays(data.batches(), copy=solver != "cg")
         solution, stats = solve(
             Xa, lengths, Y, readout=self.readout, alpha=float(self.alpha), solver=solver,
             sample_weight=w, tol=float(self.tol), max_iter=self.max_iter,
+            standardizer=standardizer,
         )
         self._set_solution(solution, stats, single_output=first[3],
                            n_tokens=Xa.shape[1], start=start)
@@ -719,16 +768,19 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             )
         n_features = None if previous is None else previous.d
         if is_dask_collection(X) or is_dask_collection(y):
-            stats, n_tokens, single = self._dask_statistics(X, y, sample_weight, n_features)
+            stats, n_tokens, single, scales = self._dask_statistics(
+                X, y, sample_weight, n_features, previous)
             if previous is not None and stats.d_out != previous.d_out:
                 raise ValueError(
                     f"y has {stats.d_out} output(s), but partial_fit was started with "
                     f"d_out={previous.d_out}."
                 )
             if previous is not None:
-                stats = previous.merge(stats)
+                stats = previous.restandardized(stats.standardizer).merge(stats)
                 single = self._single_output
-            return self._fit_statistics(stats, single_output=single)
+            self._fit_statistics(stats, single_output=single)
+            self._scales = scales
+            return self
         data = _TrainingData(
             X, y, sample_weight, token_dim=self.token_dim, readout=self.readout,
             n_features=n_features,
@@ -750,13 +802,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                     f"{need / 2**30:.3g} GiB with the solve, more than half the physical "
                     "memory; use fit with solver='cg'."
                 )
-        # Accumulate this call's batch separately, so that an invalid chunk
-        # leaves the model as it was.
-        stats = SufficientStatistics(d, d_out)
-        for Xc, lc, Yc, _, wc in itertools.chain([first], batches):
+        # The standardized coordinates of all the data seen so far; the
+        # statistics of earlier calls are carried over into them.  This call's
+        # batch is accumulated separately, so that an invalid chunk leaves the
+        # model as it was.
+        scales, standardizer, previous = self._continued_scales(
+            data.scales(itertools.chain([first], batches)), previous)
+        stats = SufficientStatistics(d, d_out, standardizer=standardizer)
+        for Xc, lc, Yc, _, wc in data.batches():
             stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
         if previous is not None:
             stats = previous.merge(stats)
+        self._scales = scales
         single = first[3] if previous is None else self._single_output
         solver = self.solver if self.solver != "auto" else choose_solver(
             "auto", stats.n_rows, stats.n_features, statistics=True
@@ -765,20 +822,45 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._fit_from_statistics(stats, solver, single_output=single, start=start)
         return self
 
-    def _dask_statistics(self, X, y, sample_weight, n_features=None):
-        """Statistics of dask input, block by block on the workers (see ``_dask``)."""
+    def _continued_scales(self, scales, previous):
+        """Merge new token magnitudes into those of earlier calls; carry the statistics over.
+
+        Returns the merged magnitudes, their standardized coordinates and the
+        earlier statistics in those coordinates (None before the first call).
+        Statistics given by hand (``_fit_statistics``) keep their coordinates.
+        """
+        earlier = getattr(self, "_scales", None) if previous is not None else None
+        if previous is not None and earlier is None:
+            return None, previous.standardizer, previous
+        if earlier is not None:
+            scales = StandardizerAccumulator._copy(earlier).merge(scales)
+        standardizer = scales.finish()
+        if previous is not None:
+            previous = previous.restandardized(standardizer)
+        return scales, standardizer, previous
+
+    def _dask_statistics(self, X, y, sample_weight, n_features=None, previous=None):
+        """Statistics of dask input, block by block on the workers (see ``_dask``).
+
+        Returns ``(stats, n_tokens, single_output, scales)``: two passes, the
+        token magnitudes first (merged with those of earlier ``partial_fit``
+        calls, whose statistics ``previous`` are then in the coordinates of
+        the returned ones), then the statistics.
+        """
         if self.solver not in ("auto",) + STATISTICS_SOLVERS:
             raise ValueError(
                 f"dask input is reduced to sufficient statistics on the workers, which "
                 f"needs solver in {('auto',) + STATISTICS_SOLVERS}; got "
                 f"solver={self.solver!r}."
             )
-        from ._dask import dask_sufficient_statistics
+        from ._dask import dask_scales, dask_sufficient_statistics
 
-        return dask_sufficient_statistics(
-            X, y, readout=self.readout, token_dim=self.token_dim,
-            sample_weight=sample_weight, n_features=n_features,
-        )
+        kwargs = dict(readout=self.readout, token_dim=self.token_dim,
+                      sample_weight=sample_weight, n_features=n_features)
+        scales, standardizer, _ = self._continued_scales(dask_scales(X, y, **kwargs), previous)
+        stats, n_tokens, single = dask_sufficient_statistics(X, y, standardizer=standardizer,
+                                                             **kwargs)
+        return stats, n_tokens, single, scales
 
     def _fit_statistics(self, stats, *, n_tokens=None, single_output=False):
         """Finish a fit from sufficient statistics accumulated elsewhere.
@@ -823,6 +905,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             raise TypeError(
                 f"stats must be a SufficientStatistics; got {type(stats).__name__}."
             )
+        self._scales = None  # statistics from elsewhere keep their coordinates
         if stats.d_out is None:
             raise ValueError("stats must hold targets (created with d_out set).")
         if stats.readout is not None and stats.readout != self.readout:
@@ -858,27 +941,36 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         d = stats.d
         self._log(f"least squares on {n_attention_features(d)} features "
                   f"(solver={solution.method!r})", start)
+        standardizer = solution.standardizer
         self.coef_ = solution.coef
+        self.standardization_ = standardizer
         self.feature_rank_ = solution.rank
         self.solver_ = solution.method
         self.n_iter_ = max(1, int(solution.n_iter))
         # Same spectrum, same tolerance: no second pass over the data.
         self.certificate_ = IdentifiabilityCertificate._from_solution(
             solution, stats, readout=self.readout, token_dim=self.token_dim,
-            n_tokens=n_tokens, coef=solution.coef,
+            n_tokens=n_tokens, coef=solution.standardized_coef,
         )
-        V, Q = heads_from_coefficients(self.coef_, d)
+        # Heads are found in the standardized coordinates, where the
+        # coefficients are well scaled, and mapped back (the same function).
+        coef_std = solution.standardized_coef
+        folded = standardizer.folded(coef_std)
+        V, Q = heads_from_coefficients(folded, d)
         self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
         if self.n_heads is not None and V.shape[0] > self.n_heads:
             V, Q, self.compression_residual_ = compress_heads(
-                self.coef_, d, self.n_heads, random_state=self.random_state
+                folded, d, self.n_heads, random_state=self.random_state
             )
             self._log(
                 f"compressed to {self.n_heads} heads, relative coefficient residual "
                 f"{self.compression_residual_:.2e}",
                 start,
             )
+        self._standardized_heads = (V, Q)
+        self._standardized_coef = coef_std
+        V, Q = standardizer.heads_to_user(V, Q)
         self.value_matrices_ = V
         self.key_query_matrices_ = Q
         self.n_heads_ = V.shape[0]
@@ -906,6 +998,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         n_samples, n_tokens, d = X.shape
         P = d * (d + 1) // 2
         k = self.coef_.shape[0]
+        st = getattr(self, "standardization_", None)
+        coef = getattr(self, "_standardized_coef", None)
+        if st is None or coef is None:
+            st, coef = TokenStandardizer.identity(d, k), self.coef_
         real = np.arange(n_tokens)[None, :] < lengths[:, None]
         if self.readout == "last":
             Y = np.empty((n_samples, k))
@@ -914,12 +1010,15 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         rows = 1 if self.readout == "last" else n_tokens
         per_sample = n_tokens * d + rows * (P * (k + 2) + d) + n_tokens * P
         for sl in iter_sample_chunks(n_samples, per_sample):
-            S, x, _ = row_factors(np.asarray(X[sl], dtype=np.float64), lengths[sl],
-                                  self.readout)
-            out = features_matvec(S, x, self.coef_)
+            # Standardized like the training data, then each sequence scaled by
+            # a power of two 2**-f (its outputs scale by 2**(3 f), exactly).
+            Xc, f = scale_per_sample(st.transform(X[sl]))
+            S, x, sample = row_factors(Xc, lengths[sl], self.readout)
+            S = st.scale_moments(S)
+            out = st.outputs_to_user(np.ldexp(features_matvec(S, x, coef),
+                                              3 * f[sample, None]))
             if self.readout == "last":
                 Y[sl] = out
             else:
                 Y[sl][real[sl]] = out
         return self._shape_output(Y)
-

@@ -16,6 +16,8 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._certificate import Witness
 from sklearn_linattn._features import attention_features, n_attention_features
+from sklearn_linattn._solvers import solve
+from sklearn_linattn._standardize import TokenStandardizer
 from sklearn_linattn.datasets import make_associative_memory
 from sklearn_linattn.testing import rank_deficient_datasets
 
@@ -37,13 +39,21 @@ def _pad(rng, X, min_length=2):
     return X, lengths
 
 
-def _lambda_min_reference(X, lengths, readout="last"):
-    """lambda_min of (1/N) Phi^T Phi with the loop reference features."""
+def _lambda_min_reference(X, lengths, readout="last", standardization=None):
+    """lambda_min of (1/N) Phi^T Phi with the loop reference features.
+
+    With a standardization, of the features of the standardized tokens in the
+    certificate's embedding.
+    """
+    if standardization is not None:
+        X = standardization.transform(X)
     if readout == "last":
         Phi = ref_features(X, lengths)
     else:
         H = ref_prefix_features(X, lengths)
         Phi = H[np.arange(X.shape[1])[None, :] < lengths[:, None]]
+    if standardization is not None:
+        Phi = standardization.scale_features(Phi)
     return np.linalg.eigvalsh(Phi.T @ Phi / Phi.shape[0])[0], Phi.shape[0]
 
 
@@ -96,16 +106,51 @@ def test_gaussian_flips_exactly_at_psi(d, seed):
 
 
 @pytest.mark.parametrize("readout", ["last", "all"])
-def test_min_eigenvalue_is_that_of_the_paper_features(readout):
+def test_min_eigenvalue_is_that_of_the_paper_features_of_the_standardized_tokens(readout):
     rng = np.random.default_rng(3)
-    X, lengths = _pad(rng, rng.normal(size=(40, 5, 2)))
+    X, lengths = _pad(rng, rng.normal(size=(40, 5, 2)) * [3.0, 0.2])
     cert = certify_identifiability(X, readout=readout)
-    expected, n_rows = _lambda_min_reference(X, lengths, readout)
+    # Lambda_D of the paper's features, computed by the loop reference on the
+    # tokens in the coordinates the certificate states it uses.
+    expected, n_rows = _lambda_min_reference(X, lengths, readout, cert.standardization)
+    Xs = cert.standardization.transform(X)
     assert cert.n_rows == n_rows == (40 if readout == "last" else lengths.sum())
     assert cert.min_eigenvalue == pytest.approx(expected, rel=1e-8)
     assert cert.eigenvalues[-1] == cert.min_eigenvalue
     assert cert.eigenvalues[0] == cert.max_eigenvalue
     assert np.all(np.diff(cert.eigenvalues) <= 0)
+    # The standardized tokens have unit second moment.
+    real = Xs[~np.isnan(Xs[..., 0])]
+    np.testing.assert_allclose(real.T @ real / real.shape[0], np.eye(2), atol=1e-12)
+
+
+def test_min_eigenvalue_brackets_the_papers_for_tokens_of_unit_second_moment():
+    # Tokens whose second moment is already the identity are left as they are
+    # (up to rounding); the symmetric embedding weights the off-diagonal pairs
+    # by sqrt(2), so min_eigenvalue lies between the paper's lambda_min of
+    # Lambda_D and twice it.
+    rng = np.random.default_rng(30)
+    Z = rng.normal(size=(60, 5, 3))
+    flat = Z.reshape(-1, 3)
+    M = flat.T @ flat / flat.shape[0]
+    w, U = np.linalg.eigh(M)
+    X = Z @ (U / np.sqrt(w)) @ U.T
+    cert = certify_identifiability(X)
+    np.testing.assert_allclose(cert.standardization.transform(X), X, atol=1e-12)
+    paper, _ = _lambda_min_reference(X, np.full(60, 5))
+    assert paper * (1 - 1e-9) <= cert.min_eigenvalue <= 2 * paper * (1 + 1e-9)
+
+
+def test_min_eigenvalue_is_invariant_under_linear_maps_of_the_tokens():
+    rng = np.random.default_rng(31)
+    X = rng.normal(size=(80, 5, 3))
+    A = (np.linalg.qr(rng.normal(size=(3, 3)))[0] * [1e-3, 1.0, 1e3]) @ np.linalg.qr(
+        rng.normal(size=(3, 3)))[0]
+    a, b = certify_identifiability(X), certify_identifiability(X @ A)
+    assert a and b
+    # X @ A is X rounded after a map of condition number 1e6: equal to that.
+    assert b.min_eigenvalue == pytest.approx(a.min_eigenvalue, rel=1e-8)
+    assert b.max_eigenvalue == pytest.approx(a.max_eigenvalue, rel=1e-8)
 
 
 @pytest.mark.parametrize("d, n_samples", [(2, 400), (3, 1000)])
@@ -142,24 +187,28 @@ def test_verdict_does_not_depend_on_units_or_float32(design, dtype):
         X, _ = make_associative_memory(300, 2, distribution="orthonormal", random_state=0)
         expected_rank = certify_identifiability(X).rank
         assert expected_rank < 40
-    ranks, verdicts, ratios = [], [], []
-    for c in SCALES:
-        cert = certify_identifiability((X * c).astype(dtype))
+    ranks, verdicts, maxima = [], [], []
+    A = np.linalg.qr(rng.normal(size=(X.shape[2],) * 2))[0] * np.geomspace(
+        1e-2, 1e3, X.shape[2])  # a unit per coordinate after a rotation
+    variants = [X * c for c in SCALES] + [X * np.geomspace(1e3, 1e-2, X.shape[2]), X @ A]
+    for Xc in variants:
+        cert = certify_identifiability(Xc.astype(dtype))
         assert cert.dtype == np.dtype(dtype)
         ranks.append(cert.rank)
         verdicts.append(bool(cert))
-        ratios.append(cert.max_eigenvalue / c**6)
+        maxima.append(cert.max_eigenvalue)
         assert bool(cert) == (cert.min_eigenvalue > cert.tol)
         # Threshold relative to lambda_max: the rule of the docstring.
         eps = float(np.finfo(dtype).eps)
         rel = max(float(np.finfo(np.float64).eps), eps**2) * cert.n_features
         assert cert.tol == pytest.approx(rel * cert.max_eigenvalue, rel=1e-12)
-    assert ranks == [expected_rank] * len(SCALES)
+    assert ranks == [expected_rank] * len(variants)
     psi = n_attention_features(X.shape[2])
-    assert verdicts == [expected_rank == psi] * len(SCALES)
+    assert verdicts == [expected_rank == psi] * len(variants)
     assert (design == "gaussian_at_psi") == (expected_rank == psi)
-    # Eigenvalues scale like c**6 (float32 rounding aside).
-    np.testing.assert_allclose(ratios, ratios[2], rtol=1e-5)
+    # The spectrum is that of standardized tokens: an overall scale does not
+    # change it at all (float32 rounding aside).
+    np.testing.assert_allclose(maxima[: len(SCALES)], maxima[2], rtol=1e-5)
 
 
 def test_float32_threshold_is_the_squared_precision():
@@ -361,9 +410,15 @@ def test_covers_all_readout_is_per_prefix():
         prefixes[t * 40 : (t + 1) * 40, : t + 1] = X[:, : t + 1]
     cert_last = certify_identifiability(prefixes)
     assert cert_all.rank == cert_last.rank
-    np.testing.assert_allclose(
-        cert_all.eigenvalues, cert_last.eigenvalues, atol=1e-12 * cert_all.max_eigenvalue
-    )
+    # In the same coordinates the two designs have the same Gram matrix (the
+    # certificates standardize each by its own tokens, which differ).
+    same = TokenStandardizer.identity(3)
+    Xz, lengths = np.nan_to_num(X), np.full(40, 5)
+    pz = np.nan_to_num(prefixes)
+    pl = np.repeat(np.arange(1, 6), 40)
+    a = solve(Xz, lengths, None, readout="all", solver="eigh", standardizer=same)[0]
+    b = solve(pz, pl, None, solver="eigh", standardizer=same)[0]
+    np.testing.assert_allclose(a.eigenvalues, b.eigenvalues, atol=1e-12 * a.lambda_max)
     X_new = rng.normal(size=(6, 4, 2)) @ basis.T
     X_new[3:, -1] = rng.normal(size=(3, 3))  # last token leaves the plane
     X_new[5, 0] = rng.normal(size=3)  # first token too

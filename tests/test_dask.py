@@ -24,6 +24,7 @@ from numpy.testing import assert_allclose  # noqa: E402
 from sklearn_linattn import LinearAttentionRegressor  # noqa: E402
 from sklearn_linattn._dask import dask_sufficient_statistics, is_dask_collection  # noqa: E402
 from sklearn_linattn._solvers import SufficientStatistics  # noqa: E402
+from sklearn_linattn._standardize import standardizer_for  # noqa: E402
 from sklearn_linattn._validation import check_sequences, check_targets  # noqa: E402
 
 N_TOKENS, D = 5, 3
@@ -103,12 +104,18 @@ def _targets(rng, lengths, readout, d_out=None, n_tokens=N_TOKENS):
 
 
 def _in_memory(X, y, *, readout="last", token_dim=None, sample_weight=None):
-    """The in-memory statistics of numpy X and y (the reference)."""
+    """The in-memory statistics of numpy X and y (the reference).
+
+    In the standardized coordinates the in-memory fit computes for the same
+    data (the dask path must find the same ones).
+    """
     Xv, lengths = check_sequences(X, token_dim=token_dim)
     Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout)
-    kwargs = {} if sample_weight is None else {"sample_weight": sample_weight}
-    stats = SufficientStatistics(Xv.shape[2], Y.shape[-1])
-    return stats.update(Xv, lengths, Y, readout=readout, **kwargs), Xv.shape[1], single
+    w = None if sample_weight is None else np.broadcast_to(
+        np.asarray(sample_weight, dtype=float), (Xv.shape[0],))
+    standardizer = standardizer_for(Xv, lengths, Y, w)
+    stats = SufficientStatistics(Xv.shape[2], Y.shape[-1], standardizer=standardizer)
+    return stats.update(Xv, lengths, Y, readout=readout, sample_weight=w), Xv.shape[1], single
 
 
 def _in_memory_error(X, y, **kwargs):
@@ -119,6 +126,11 @@ def _in_memory_error(X, y, **kwargs):
 
 
 def _assert_same_statistics(got, want):
+    assert got.standardizer.weight_exponent == want.standardizer.weight_exponent
+    np.testing.assert_array_equal(got.standardizer.exponents, want.standardizer.exponents)
+    if want.standardizer.whitening is not None:
+        assert_allclose(got.standardizer.whitening, want.standardizer.whitening,
+                        rtol=1e-12, atol=1e-12 * np.abs(want.standardizer.whitening).max())
     assert got.n_rows == want.n_rows
     assert got.n_samples == want.n_samples
     assert got.dtype == want.dtype
@@ -265,10 +277,11 @@ def test_ragged_list_of_targets(client):
 
 @pytest.mark.parametrize("split_every, n_merges", [(2, 4 + 2 + 1), (3, 3 + 1), (8, 1)])
 def test_reduction_runs_as_a_tree_on_the_workers(client, split_every, n_merges):
-    """One statistics task per block, merge tasks forming a tree, all on workers.
+    """One task per block, merge tasks forming a tree, all on workers.
 
-    A version that computed X and reduced it in this process would run no
-    such task.
+    Two passes: the token magnitudes (standardized coordinates), then the
+    statistics.  A version that computed X and reduced it in this process
+    would run no such task.
     """
     rng = np.random.default_rng(7)
     X, lengths = _padded(rng, 40)
@@ -278,7 +291,8 @@ def test_reduction_runs_as_a_tree_on_the_workers(client, split_every, n_merges):
             da.from_array(X, chunks=5), da.from_array(y, chunks=5), split_every=split_every
         )
     counts, workers = _dask_tasks(tasks)
-    assert counts == {"linattn-statistics": 8, "linattn-merge": n_merges}
+    assert counts == {"linattn-scales": 8, "linattn-scales-merge": n_merges,
+                      "linattn-statistics": 8, "linattn-statistics-merge": n_merges}
     assert workers <= set(client.scheduler_info()["workers"])
     _assert_same_statistics(stats, _in_memory(X, y)[0])
 
@@ -472,3 +486,26 @@ def test_estimator_fit_on_dask_equals_in_memory(client, readout):
     assert got.feature_rank_ == want.feature_rank_
     assert bool(got.certificate_) == bool(want.certificate_)
     assert_allclose(got.predict(X[:5]), want.predict(X[:5]), rtol=1e-8, atol=1e-10)
+
+
+def test_a_cluster_without_workers_raises_instead_of_hanging():
+    """Every worker lost: a TimeoutError after the configured wait, not a hang."""
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    try:
+        with distributed.Client(cluster) as lost:
+            rng = np.random.default_rng(20)
+            X = da.from_array(rng.normal(size=(200, 5, 2)), chunks=50)
+            y = da.from_array(rng.normal(size=200), chunks=50)
+            assert LinearAttentionRegressor().fit(X, y).certificate_
+            cluster.scale(0)
+            deadline = time.monotonic() + 30
+            while lost.scheduler_info()["workers"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            start = time.monotonic()
+            with dask.config.set({"sklearn-linattn.no-workers-timeout": 2}):
+                with pytest.raises(TimeoutError, match="has had no worker for"):
+                    LinearAttentionRegressor().fit(X, y)
+            assert time.monotonic() - start < 20
+    finally:
+        cluster.close()

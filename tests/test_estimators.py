@@ -182,16 +182,25 @@ def test_ridge_matches_sklearn_ridge_on_features():
 
 
 def test_minimum_norm_solution_when_rank_deficient():
+    # 10 rows < 18 features: the minimum-norm solution for the standardized
+    # tokens (model.standardization_), which does not depend on their units.
     rng = np.random.default_rng(8)
     X = rng.normal(size=(10, 4, 3))  # 10 rows < 18 features
     y = rng.normal(size=10)
-    H = attention_features(X, np.full(10, 4))
-    expected = np.linalg.pinv(H) @ y
+    A = np.array([[2.0, 0.3, 0.0], [0.0, 0.05, 0.1], [0.0, 0.0, 7.0]])
+    X_new = rng.normal(size=(5, 6, 3))
     for solver in ["eigh", "svd"]:
         model = LinearAttentionRegressor(solver=solver).fit(X, y)
         assert model.feature_rank_ == 10
+        st = model.standardization_
+        Hs = st.scale_features(attention_features(st.transform(X), np.full(10, 4)))
+        expected = st.coef_to_user(np.linalg.pinv(Hs) @ y, targets=False)
         np.testing.assert_allclose(model.coef_[0], expected, rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(model.predict(X), y, rtol=1e-6, atol=1e-8)
+        # Unit-free: the same tokens in other coordinates give the same model.
+        mapped = LinearAttentionRegressor(solver=solver).fit(X @ A, y)
+        np.testing.assert_allclose(mapped.predict(X_new @ A), model.predict(X_new),
+                                   rtol=1e-8, atol=1e-8 * np.abs(model.predict(X_new)).max())
 
 
 def test_score_all_counts_real_positions_only():

@@ -87,6 +87,20 @@ def _rel(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
+def _standardized_minimum_norm(model, X, lengths, y, readout):
+    """The documented alpha = 0 solution: minimum norm for the standardized tokens.
+
+    Least squares (numpy's minimum-norm lstsq) on the loop-reference features
+    of ``model.standardization_.transform(X)`` in their symmetric embedding,
+    mapped back to the data's coordinates.
+    """
+    st = model.standardization_
+    Phi, Y, _ = _reference_rows(st.transform(X), lengths, y, readout)
+    Phi = st.scale_features(Phi)  # the symmetric embedding of whitened tokens
+    ref_s = np.linalg.lstsq(Phi, Y, rcond=None)[0].T
+    return st.coef_to_user(ref_s, targets=False)
+
+
 # --------------------------------------------------------------------------
 # Agreement with the reference fit
 # --------------------------------------------------------------------------
@@ -110,9 +124,14 @@ def test_every_solver_matches_the_reference(solver, readout, alpha, shape):
                                            and model.feature_rank_ >= rank)
     fitted = Phi @ model.coef_.T
     assert _rel(fitted, Phi @ ref.T) <= 1e-9
-    if solver == "cg" and alpha == 0 and rank < Phi.shape[1]:
-        # Not the minimum-norm solution: the difference lies in the null space.
+    if alpha == 0 and rank < Phi.shape[1]:
+        # Not the user-coordinate minimum-norm solution: the difference lies in
+        # the null space of the features.
         assert np.linalg.norm(Phi @ (model.coef_ - ref).T) <= 1e-9 * np.linalg.norm(fitted)
+        if solver != "cg":
+            # The minimum-norm solution of the standardized tokens.
+            expected = _standardized_minimum_norm(model, X, lengths, y, readout)
+            assert _rel(model.coef_, expected) <= 1e-8
     else:
         assert _rel(model.coef_, ref) <= 1e-8
     # predict goes through the heads: same function.
@@ -139,7 +158,13 @@ def test_rank_deficient_minimum_norm(data, readout, solver):
     ref, Phi = _reference_fit(X, lengths, y[..., None], readout)
     model = _fit(solver, X, y, readout=readout)
     assert model.feature_rank_ == rank and not model.certificate_
-    assert _rel(model.coef_, ref) <= 1e-7
+    # The minimum-norm solution of the standardized tokens (the documented
+    # choice): it fits the training rows as the user-coordinate one does and
+    # differs from it by a null vector of the features.
+    expected = _standardized_minimum_norm(model, X, lengths, y[..., None], readout)
+    assert _rel(model.coef_, expected) <= 1e-7
+    scale = np.linalg.norm(Phi @ ref.T) + 1e-300
+    assert np.linalg.norm(Phi @ (model.coef_ - ref).T) <= 1e-7 * scale
 
 
 @given(
@@ -412,10 +437,14 @@ def test_cg_certificate_agrees_on_identifiable_data(readout):
     # Without the inverse of Lambda_D, the bound is the coarser Lemma A.7 form.
     coarse, exact = a.error_bound(Z, 1e-4), b.error_bound(Z, 1e-4)
     assert np.all(coarse >= exact * (1 - 1e-6))
-    H = ref_features(Z, [7, 7, 7]) if readout == "last" else None
+    # ||H(Z)||^2 / lambda_min in the certificate's standardized coordinates,
+    # lambda_min lowered by its error bound and the rounding level tol.
+    Zs = a.standardization.transform(Z)
+    H = a.standardization.scale_features(ref_features(Zs, [7, 7, 7])) if readout == "last" \
+        else None
     if H is not None:
-        expected = 2 * np.sqrt(1e-4 * (H**2).sum(axis=1)
-                               / (a.min_eigenvalue - a.min_eigenvalue_error))
+        lower = a.min_eigenvalue - a.min_eigenvalue_error - a.tol
+        expected = 2 * np.sqrt(1e-4 * (H**2).sum(axis=1) / lower)
         np.testing.assert_allclose(coarse, expected, rtol=1e-10)
     assert "+/-" in a.summary()
 
@@ -603,7 +632,7 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
     dense = solve(Xz, lengths, Yz, readout=readout, solver="eigh", sample_weight=w)[0]
     for cache in (None, "float64", "float32"):
         sol, _ = solve_cg(Xz, lengths, Yz, readout=readout, sample_weight=w, tol=1e-12,
-                          max_iter=5000, cache_dtype=cache)
+                          max_iter=5000, cache_dtype=cache, standardizer=dense.standardizer)
         assert _rel(sol.coef, dense.coef) <= 1e-9, cache
         assert sol.lambda_max == pytest.approx(dense.lambda_max, rel=1e-6)
         assert sol.lambda_min >= dense.lambda_min - 10 * dense.tol
@@ -664,12 +693,12 @@ def test_pcg_residual_replacement_stops_on_exact_residuals():
         calls.append(V.shape[1])
         return G @ V
 
-    X, n_iter, rel = _pcg(lambda V: (G + noise) @ V, b, lambda R, definite=False: R, 0.0,
+    X, n_iter, rel = _pcg(lambda V: (G + noise) @ V, b, lambda R, definite=False: R, None,
                           1e-12, 2000, exact=exact)
     assert np.all(rel <= 1e-12) and calls
     assert _rel(X, np.linalg.solve(G, b)) <= 1e-9
     # Without the exact product, CG converges to the perturbed system.
-    Xp, _, _ = _pcg(lambda V: (G + noise) @ V, b, lambda R, definite=False: R, 0.0, 1e-12, 2000)
+    Xp, _, _ = _pcg(lambda V: (G + noise) @ V, b, lambda R, definite=False: R, None, 1e-12, 2000)
     assert _rel(Xp, np.linalg.solve(G, b)) > 1e-8
 
 

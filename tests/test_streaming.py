@@ -15,6 +15,7 @@ import sklearn_linattn._features as features_module
 import sklearn_linattn.estimators as estimators_module
 from sklearn_linattn import LinearAttentionRegressor, mhla_forward
 from sklearn_linattn._solvers import SufficientStatistics
+from sklearn_linattn._standardize import standardizer_for
 from sklearn_linattn._validation import check_sequences, check_targets
 
 
@@ -119,14 +120,23 @@ def test_fit_statistics_from_merged_blocks():
     X, lengths, y = _data(rng, 150, 6, 4, readout="all")
     Xv, lengths = check_sequences(X)
     Y, _ = check_targets(y[..., 0], lengths, Xv.shape[1], readout="all")
+    # Blocks accumulated in the standardized coordinates of the whole data
+    # give the whole fit, certificate numbers included.
+    standardizer = standardizer_for(Xv, lengths, Y)
     blocks = [
-        SufficientStatistics(4, 1).update(Xv[sl], lengths[sl], Y[sl], readout="all")
+        SufficientStatistics(4, 1, standardizer=standardizer).update(
+            Xv[sl], lengths[sl], Y[sl], readout="all")
         for sl in (slice(0, 40), slice(40, 41), slice(41, 150))
     ]
     stats = blocks[0].merge(blocks[1]).merge(blocks[2])
     model = LinearAttentionRegressor(readout="all")._fit_statistics(stats, single_output=True)
     whole = LinearAttentionRegressor(readout="all").fit(X, y[..., 0])
     _same_model(model, whole)
+    # In the data's own coordinates (no standardizer): the same function and verdict.
+    raw = SufficientStatistics(4, 1).update(Xv, lengths, Y, readout="all")
+    plain = LinearAttentionRegressor(readout="all")._fit_statistics(raw, single_output=True)
+    assert bool(plain.certificate_) == bool(whole.certificate_)
+    np.testing.assert_allclose(plain.predict(X), whole.predict(X), rtol=1e-8, atol=1e-10)
     assert model.predict(X).shape == y.shape[:2]
     assert model.certificate_._n_tokens == X.shape[1]
     with pytest.raises(ValueError, match="readout='all', but this estimator has "

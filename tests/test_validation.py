@@ -443,7 +443,7 @@ def test_2d_input_with_token_dim():
     )
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_float_dtype_is_preserved(dtype):
     X = padded_batch().astype(dtype)
     out, _ = check_sequences(X)
@@ -452,7 +452,7 @@ def test_float_dtype_is_preserved(dtype):
     assert out_list.dtype == dtype
 
 
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_, np.float16])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])
 def test_other_real_dtypes_become_float64(dtype):
     X = np.ones((2, 3, 2), dtype=dtype)
     out, lengths = check_sequences(X)

@@ -1,0 +1,582 @@
+"""Standardized coordinates: the units the numerical code computes in.
+
+Cubic features raise the units of the tokens to the third power and the
+Gram matrix to the sixth: an overall scale of 1e50 overflows it, and
+coordinates in different units (or mixed by a linear map) spread its
+eigenvalues past what float64 resolves.  Identifiability and the fitted
+function do not depend on any invertible linear map of the tokens, so every
+solver works on standardized tokens
+
+    x_std = W^T (2**-e * x)        (rows: X_std = ldexp(X, -e) @ W)
+
+- ``e`` (one integer per coordinate) brings each coordinate's largest
+  magnitude into [1, 2): an exact power-of-two scaling, never rounding;
+- ``W`` whitens the token second moment of the scaled tokens (its inverse
+  symmetric square root), so that the standardized tokens have unit second
+  moment and the verdict does not depend on units or on mixing maps.
+  Sparse tokens (at most a quarter of the entries non-zero, such as one-hot
+  encodings) keep ``W = I``: whitening would make every feature dense and
+  round exact 0/1 values.
+
+With whitening, the features are also taken in the symmetric tensor
+embedding: the moment ``S[j, k]`` of a pair j < k is weighted by sqrt(2),
+so that an orthogonal map of the tokens is an orthogonal map of the
+features.  Whitened tokens are determined only up to such a map, so this
+makes the spectrum of the Gram matrix, and the minimum-norm choice among
+least-squares solutions, independent of the units and of any invertible
+linear map of the tokens.
+
+Targets are scaled per output by a power of two and sequence weights by one
+power of two, so that no sum overflows.  :class:`TokenStandardizer` maps the
+solvers' results back: coefficients, heads and null directions to the
+user's coordinates, standardized inputs to the user's inputs.
+"""
+
+import numpy as np
+import scipy.linalg
+
+from ._features import pair_indices
+
+__all__ = ["StandardizerAccumulator", "TokenStandardizer", "scale_per_sample", "standardizer_for"]
+
+# Tokens with at most this fraction of non-zero entries are not whitened.
+SPARSE_DENSITY = 0.25
+# A direction of the token second moment counts as empty when its eigenvalue
+# is below this many times the package's zero-eigenvalue rule.
+_NULL_VARIANCE_MARGIN = 100.0
+# Below the smallest normal exponent a frexp exponent means "never non-zero".
+_NEVER = np.iinfo(np.int64).min // 4
+
+
+def _exponent(values):
+    """Integer e with ``2**e <= |v| < 2**(e + 1)`` elementwise (0 where v == 0)."""
+    mantissa, exp = np.frexp(np.asarray(values, dtype=np.float64))
+    return np.where(mantissa == 0, 0, exp - 1).astype(np.int64)
+
+
+def _check_finite(values, what):
+    """Raise if scaling back overflowed (NaN, e.g. at padded positions, passes)."""
+    if np.isinf(values).any():
+        raise ValueError(
+            f"{what} cannot be represented in float64 (they overflow): the data span "
+            "more orders of magnitude than float64 holds; rescale X or y."
+        )
+    return values
+
+
+class TokenStandardizer:
+    """Exact power-of-two scales and a whitening map of the tokens.
+
+    Parameters
+    ----------
+    exponents : array-like of int, shape (d,)
+        ``X_scaled = ldexp(X, -exponents)``.
+    whitening : ndarray of shape (d, d) or None
+        ``X_std = X_scaled @ whitening``; None is the identity.
+    y_exponents : array-like of int, shape (d_out,), or None
+        ``y_std = ldexp(y, -y_exponents)``; None leaves targets unscaled.
+    weight_exponent : int, default=0
+        ``w_std = ldexp(w, -weight_exponent)``.
+
+    Attributes
+    ----------
+    d : int
+        Token dimension.
+    whitened : bool
+        Whether ``whitening`` is a full matrix (False: diagonal scaling only).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._standardize import TokenStandardizer
+    >>> st = TokenStandardizer([3, -2])
+    >>> st.transform(np.array([[[8.0, 0.25]]]))
+    array([[[1., 1.]]])
+    """
+
+    def __init__(self, exponents, whitening=None, y_exponents=None, weight_exponent=0):
+        self.exponents = np.asarray(exponents, dtype=np.int64).reshape(-1)
+        self.d = self.exponents.shape[0]
+        j, k = pair_indices(self.d)
+        # Weights of the folded moments in the feature rows: sqrt(2) for the
+        # pairs j < k in the symmetric embedding (whitened coordinates).
+        self.pair_weights = (np.where(j == k, 1.0, np.sqrt(2.0)) if whitening is not None
+                             else np.ones(j.size))
+        self.whitening = None if whitening is None else np.asarray(whitening, dtype=np.float64)
+        self.y_exponents = (
+            None if y_exponents is None else np.asarray(y_exponents, dtype=np.int64).reshape(-1)
+        )
+        self.weight_exponent = int(weight_exponent)
+        self._inverse = None
+
+    @classmethod
+    def identity(cls, d, d_out=None):
+        """The standardizer that changes nothing (for statistics built by hand)."""
+        return cls(np.zeros(d, dtype=np.int64),
+                   y_exponents=None if d_out is None else np.zeros(d_out, dtype=np.int64))
+
+    @property
+    def whitened(self):
+        return self.whitening is not None
+
+    @property
+    def is_identity(self):
+        return (not self.whitened and not self.exponents.any()
+                and (self.y_exponents is None or not self.y_exponents.any())
+                and self.weight_exponent == 0)
+
+    def __eq__(self, other):
+        if not isinstance(other, TokenStandardizer):
+            return NotImplemented
+        same_w = (self.whitening is None) == (other.whitening is None) and (
+            self.whitening is None or np.array_equal(self.whitening, other.whitening))
+        same_y = (self.y_exponents is None) == (other.y_exponents is None) and (
+            self.y_exponents is None or np.array_equal(self.y_exponents, other.y_exponents))
+        return bool(np.array_equal(self.exponents, other.exponents) and same_w and same_y
+                    and self.weight_exponent == other.weight_exponent)
+
+    def __hash__(self):  # pragma: no cover - mutable arrays: identity hash
+        return id(self)
+
+    def __repr__(self):
+        return (f"TokenStandardizer(d={self.d}, whitened={self.whitened}, "
+                f"exponents={self.exponents.tolist()})")
+
+    # ------------------------------------------------------------ forward maps
+
+    def transform(self, X):
+        """Standardized float64 tokens of X (..., d); zero tokens stay zero."""
+        X = np.asarray(X, dtype=np.float64)
+        if self.exponents.any():
+            X = np.ldexp(X, -self.exponents)
+        if self.whitening is not None:
+            X = X @ self.whitening
+        return X
+
+    def transform_targets(self, Y):
+        """Targets (..., d_out) in the standardized units (float64)."""
+        Y = np.asarray(Y, dtype=np.float64)
+        if self.y_exponents is None or not self.y_exponents.any():
+            return Y
+        return np.ldexp(Y, -self.y_exponents)
+
+    def transform_weights(self, w):
+        """Sequence weights in the standardized units (float64), or None."""
+        if w is None:
+            return None
+        w = np.asarray(w, dtype=np.float64)
+        return np.ldexp(w, -self.weight_exponent) if self.weight_exponent else w
+
+    def outputs_to_user(self, Y):
+        """Outputs (..., d_out) of a model fitted on standardized targets, in the user's units."""
+        Y = np.asarray(Y, dtype=np.float64)
+        if self.y_exponents is None or not self.y_exponents.any():
+            return Y
+        return _check_finite(np.ldexp(Y, self.y_exponents), "The outputs")
+
+    def alpha(self, alpha):
+        """The ridge penalty for the standardized weights (objective scaled by ``2**-weight_exponent``)."""
+        return float(np.ldexp(alpha, -self.weight_exponent)) if alpha else 0.0
+
+    def scale_moments(self, S):
+        """Folded moments (..., P) -> the moments of the standardized feature rows."""
+        return S * self.pair_weights if self.whitening is not None else S
+
+    def scale_features(self, H):
+        """Feature rows (..., psi) of standardized tokens -> standardized feature rows."""
+        if self.whitening is None:
+            return H
+        shape = H.shape
+        return (H.reshape(*shape[:-1], -1, self.d) * self.pair_weights[:, None]).reshape(shape)
+
+    def folded(self, coef):
+        """Standardized coefficients -> folded coefficients (paper's features) of standardized tokens."""
+        coef = np.asarray(coef, dtype=np.float64)
+        if self.whitening is None:
+            return coef
+        return self.scale_features(coef)
+
+    # ------------------------------------------------------------ back to the user
+
+    def _feature_exponents(self):
+        """Exponent of each folded feature ``S[j, k] * x[l]``: e_j + e_k + e_l, shape (P, d)."""
+        j, k = pair_indices(self.d)
+        e = self.exponents
+        return (e[j] + e[k])[:, None] + e[None, :]
+
+    def _apply_token_map(self, C, M):
+        """``C x_1 M x_2 M x_3 M`` of unfolded coefficients C (d_out, d, d, d)."""
+        C = np.tensordot(C, M, axes=([1], [1]))  # (a, k, l, j)
+        C = np.tensordot(C, M, axes=([1], [1]))  # (a, l, j, k)
+        C = np.tensordot(C, M, axes=([1], [1]))  # (a, j, k, l)
+        return C
+
+    def coef_to_user(self, coef, *, targets=True):
+        """Folded coefficients on standardized data -> coefficients on the user's data.
+
+        ``targets=False`` maps a direction (no target scaling), e.g. a null vector.
+        """
+        from ._mhla import fold_coefficients, unfold_coefficients
+
+        coef = np.asarray(coef, dtype=np.float64)
+        if coef.ndim == 1:
+            return self.coef_to_user(coef[None], targets=targets)[0]
+        d, d_out = self.d, coef.shape[0]
+        coef = self.folded(coef)
+        if self.whitening is not None:
+            C = self._apply_token_map(unfold_coefficients(coef, d), self.whitening)
+            coef = fold_coefficients(C)
+        shift = -self._feature_exponents().reshape(1, -1)
+        if targets and self.y_exponents is not None:
+            shift = shift + self.y_exponents[:, None]
+        if shift.any():
+            coef = np.ldexp(coef.reshape(d_out, -1), shift)
+        return _check_finite(coef, "The coefficients on the data's own units")
+
+    def coef_from_user(self, coef, *, targets=True):
+        """Inverse of :meth:`coef_to_user`."""
+        from ._mhla import fold_coefficients, unfold_coefficients
+
+        coef = np.asarray(coef, dtype=np.float64)
+        if coef.ndim == 1:
+            return self.coef_from_user(coef[None], targets=targets)[0]
+        d_out = coef.shape[0]
+        shift = self._feature_exponents().reshape(1, -1)
+        if targets and self.y_exponents is not None:
+            shift = shift - self.y_exponents[:, None]
+        if shift.any():
+            coef = np.ldexp(coef, shift)
+        if self.whitening is not None:
+            C = self._apply_token_map(unfold_coefficients(coef, self.d), self.inverse_whitening)
+            coef = fold_coefficients(C).reshape(d_out, -1, self.d) / self.pair_weights[:, None]
+        return _check_finite(coef.reshape(d_out, -1), "The standardized coefficients")
+
+    @property
+    def inverse_whitening(self):
+        if self._inverse is None and self.whitening is not None:
+            self._inverse = scipy.linalg.inv(self.whitening)
+        return self._inverse
+
+    def heads_to_user(self, V, Q):
+        """Heads fitted on standardized data -> heads on the user's data (same function).
+
+        ``V_h -> V_h W^T`` and ``Q_h -> W Q_h W^T``, then the exact scales:
+        ``V[h, a, j] * 2**(ey_a - e_j)`` and ``Q[h, k, l] * 2**(-e_k - e_l)``,
+        split per head (``V_h 2**-m``, ``Q_h 2**m`` is the same head) so that
+        both stay representable.
+        """
+        V = np.asarray(V, dtype=np.float64)
+        Q = np.asarray(Q, dtype=np.float64)
+        if V.shape[0] == 0:
+            return V.copy(), Q.copy()
+        if self.whitening is not None:
+            W = self.whitening
+            V = V @ W.T
+            Q = W @ Q @ W.T
+        e = self.exponents
+        ey = np.zeros(V.shape[1], dtype=np.int64) if self.y_exponents is None else self.y_exponents
+        xv = ey[:, None] - e[None, :]  # (d_out, d)
+        xq = -(e[:, None] + e[None, :])  # (d, d)
+        if not (xv.any() or xq.any()):
+            return V, Q
+        # Largest exponent of each head's entries after scaling, to balance them.
+        with np.errstate(divide="ignore"):
+            lv = np.where(V != 0, np.log2(np.abs(V)) + xv, -np.inf).reshape(len(V), -1).max(1)
+            lq = np.where(Q != 0, np.log2(np.abs(Q)) + xq, -np.inf).reshape(len(Q), -1).max(1)
+        ok = np.isfinite(lv) & np.isfinite(lq)
+        m = np.where(ok, np.floor((np.where(ok, lv, 0) - np.where(ok, lq, 0)) / 2), 0)
+        m = m.astype(np.int64)
+        V = np.ldexp(V, xv[None] - m[:, None, None])
+        Q = np.ldexp(Q, xq[None] + m[:, None, None])
+        _check_finite(V, "The value matrices on the data's own units")
+        _check_finite(Q, "The key-query matrices on the data's own units")
+        return V, Q
+
+    def inputs_to_user(self, Z):
+        """Standardized sequences -> the user's sequences (inverse of :meth:`transform`)."""
+        Z = np.asarray(Z, dtype=np.float64)
+        if self.whitening is not None:
+            Z = Z @ self.inverse_whitening
+        if self.exponents.any():
+            Z = np.ldexp(Z, self.exponents)
+        return _check_finite(Z, "The sequence on the data's own units")
+
+    # ------------------------------------------------------------ ridge penalty
+
+    def _penalty_root(self):
+        """``(R, T, g)`` with ``K = 2**(3 g) (R kron T^T)``, R and T scaled by 2**-g.
+
+        ``K`` maps user feature rows to standardized ones (``h_std = K h``):
+        ``T = diag(2**-e) W`` and R maps folded second moments,
+        ``fold(S) -> fold(T^T S T)``.
+        """
+        d = self.d
+        e = self.exponents
+        W = np.eye(d) if self.whitening is None else self.whitening
+        # T = diag(2**-e) W in two parts: a common exponent g and the rest.
+        g = int(np.max(-e)) if d else 0
+        rel = -e - g  # <= 0
+        if rel.min(initial=0) < -160:
+            raise ValueError(
+                "alpha > 0 penalizes the coefficients in the units of X, but the "
+                "coordinates of X differ in scale by more than 2**160 (about 1e48): the "
+                "penalty cannot be represented in float64. Rescale the coordinates of X "
+                "to comparable units, or fit with alpha=0 (which does not depend on units)."
+            )
+        T = np.ldexp(W, rel[:, None])  # = 2**-g diag(2**-e) W
+        return pair_map(T), T, g
+
+    def penalty_factors(self):
+        """Kronecker factors of the ridge penalty in standardized coordinates.
+
+        A penalty ``alpha ||c||**2`` on the user's coefficients ``c = K^T c_std``
+        (``h_std = K h`` for feature rows) is ``alpha c_std^T (K K^T) c_std``,
+        and ``K = R kron T^T`` (:meth:`_penalty_root`).  Returns ``(A, B,
+        shift)`` with ``K K^T = 2**shift * (A kron B)``, A of shape (P, P) and
+        B of shape (d, d), both scaled to a largest entry near 1.
+
+        Raises
+        ------
+        ValueError
+            When the coordinates' scales differ so much that the factors
+            cannot be represented (more than about 1e48 between coordinates).
+        """
+        R, T, g = self._penalty_root()
+        R = R * self.scale_moments(np.ones(R.shape[0]))[:, None]
+        A = R @ R.T
+        B = T.T @ T
+        sa, sb = _exponent(np.abs(A).max()), _exponent(np.abs(B).max())
+        A, B = np.ldexp(A, -sa), np.ldexp(B, -sb)
+        return A, B, int(6 * g + sa + sb)
+
+    def penalty_rows(self, alpha):
+        """Rows F with ``F^T F = alpha K K^T``: ``sqrt(alpha) K^T``, dense (psi, psi)."""
+        R, T, g = self._penalty_root()
+        R = R * self.scale_moments(np.ones(R.shape[0]))[:, None]
+        m, ex = np.frexp(np.sqrt(alpha))
+        return np.ldexp(np.kron(R.T, T) * m, int(ex) + 3 * g)
+
+    def penalty_scalar(self):
+        """k with ``K K^T = 2**k I`` when the map is one power of two, else None."""
+        if self.whitening is not None or (self.d and np.any(self.exponents != self.exponents[0])):
+            return None
+        return int(-6 * self.exponents[0]) if self.d else 0
+
+    def penalty_matrix(self, alpha):
+        """``alpha K K^T`` as a dense (psi, psi) matrix in standardized coordinates."""
+        A, B, shift = self.penalty_factors()
+        return np.ldexp(np.kron(A, B), shift) * alpha
+
+
+class StandardizerAccumulator:
+    """Token and target magnitudes over batches, for :class:`TokenStandardizer`.
+
+    The tokens' second moment is kept as the triangular factor R of a QR
+    factorisation of the (weighted, scaled) token matrix, ``M = R^T R /
+    total``: QR is backward stable on the tokens themselves, so the small
+    singular values that the whitening inverts keep their relative accuracy
+    (forming M would square the condition number).  R is kept in units of
+    the running power-of-two column scales (rescaled exactly when a larger
+    value arrives), so nothing overflows whatever the magnitudes.
+    Accumulators of disjoint batches merge (a QR of the two stacked
+    factors), which is how blocks of a distributed array combine.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    d_out : int or None, default=None
+        Number of outputs (None: no targets).
+    whiten : bool, default=True
+        False keeps the coordinates' power-of-two scales only.
+    """
+
+    def __init__(self, d, d_out=None, *, whiten=True):
+        self.d, self.d_out, self.whiten = int(d), d_out, bool(whiten)
+        self._e = np.full(self.d, _NEVER, dtype=np.int64)
+        self._R = np.zeros((0, self.d))
+        self._ew = _NEVER  # exponent of the largest weight seen
+        self._total = 0.0  # weighted token count, in units of 2**_ew
+        self._ey = None if d_out is None else np.full(d_out, _NEVER, dtype=np.int64)
+        self._nonzero = 0
+        self._entries = 0
+        self.dtype = np.dtype(np.float64)
+
+    def update(self, X, lengths, Y=None, sample_weight=None):
+        """Add a batch: X of shape (n_samples, n_tokens, d) (values at positions
+        ``>= lengths`` ignored), targets as validated (zeros at padded
+        positions), non-negative weights or None."""
+        from ._features import iter_sample_chunks
+
+        X = np.asarray(X)
+        if X.dtype.kind == "f" and X.dtype.itemsize < self.dtype.itemsize:
+            self.dtype = X.dtype
+        n_samples, n_tokens, d = X.shape
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        for sl in iter_sample_chunks(n_samples, 3 * n_tokens * d):
+            Xc = np.asarray(X[sl], dtype=np.float64)
+            lc = np.asarray(lengths[sl])
+            real = np.arange(n_tokens)[None, :] < lc[:, None]
+            wc = None if w is None else w[sl]
+            Yc = None if Y is None or self._ey is None else np.asarray(Y[sl], dtype=np.float64)
+            if wc is not None and not np.all(wc > 0):
+                keep = wc > 0
+                Xc, lc, real, wc = Xc[keep], lc[keep], real[keep], wc[keep]
+                Yc = None if Yc is None else Yc[keep]
+            if Xc.shape[0] == 0:
+                continue
+            self._add_tokens(Xc[real], lc, None if wc is None else np.repeat(wc, lc))
+            if Yc is not None:
+                m = np.abs(Yc).reshape(-1, Yc.shape[-1]).max(axis=0, initial=0.0)
+                self._ey = np.maximum(self._ey, np.where(m > 0, _exponent(m), _NEVER))
+        return self
+
+    def _rescale(self, e_new, ew):
+        """Express R and the total in the column exponents e_new and weight exponent ew."""
+        if self._R.shape[0]:
+            known = self._e != _NEVER
+            shift = np.where(known, self._e - e_new, 0)
+            self._R = np.ldexp(self._R, shift[None, :])
+            if self._ew != _NEVER and ew != self._ew:
+                self._R = self._R * np.sqrt(np.ldexp(1.0, self._ew - ew))
+        if self._ew != _NEVER and ew != self._ew:
+            self._total = float(np.ldexp(self._total, self._ew - ew))
+        self._e, self._ew = e_new, ew
+
+    def _add_tokens(self, tokens, lc, wt):
+        """Real tokens (m, d) of a chunk, their sequences' lengths and per-token weights."""
+        col = np.abs(tokens).max(axis=0, initial=0.0)
+        e_new = np.maximum(self._e, np.where(col > 0, _exponent(col), _NEVER))
+        ew = 0 if wt is None else int(_exponent(wt.max()))
+        self._rescale(e_new, max(self._ew, ew))
+        e = np.where(self._e == _NEVER, 0, self._e)
+        Xs = np.ldexp(tokens, -e)
+        self._nonzero += int(np.count_nonzero(Xs))
+        self._entries += Xs.size
+        ws = np.ldexp(np.ones(Xs.shape[0]) if wt is None else wt, -self._ew)
+        Xs *= np.sqrt(ws)[:, None]
+        self._R = scipy.linalg.qr(np.vstack([self._R, Xs]), mode="r",
+                                  check_finite=False)[0][: self.d]
+        self._total += float(ws.sum())
+
+    def merge(self, other):
+        """Add another accumulator's batches (in place)."""
+        if other._total == 0:
+            return self
+        if self._total == 0:
+            self.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                  for k, v in other.__dict__.items()})
+            return self
+        other = StandardizerAccumulator._copy(other)
+        e_new = np.maximum(self._e, other._e)
+        ew = max(self._ew, other._ew)
+        self._rescale(e_new, ew)
+        other._rescale(e_new, ew)
+        self._R = scipy.linalg.qr(np.vstack([self._R, other._R]), mode="r",
+                                  check_finite=False)[0][: self.d]
+        self._total += other._total
+        if self._ey is not None and other._ey is not None:
+            self._ey = np.maximum(self._ey, other._ey)
+        self._nonzero += other._nonzero
+        self._entries += other._entries
+        if other.dtype.itemsize < self.dtype.itemsize:
+            self.dtype = other.dtype
+        return self
+
+    @staticmethod
+    def _copy(acc):
+        new = StandardizerAccumulator.__new__(StandardizerAccumulator)
+        new.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+                             for k, v in acc.__dict__.items()})
+        return new
+
+    def finish(self):
+        """The :class:`TokenStandardizer` of the batches seen."""
+        from ._solvers import eigenvalue_tolerance
+
+        e = np.where(self._e == _NEVER, 0, self._e)
+        ey = None if self._ey is None else np.where(self._ey == _NEVER, 0, self._ey)
+        ew = 0 if self._ew == _NEVER else self._ew
+        W = None
+        sparse = self._entries > 0 and self._nonzero <= SPARSE_DENSITY * self._entries
+        if self.whiten and self._total > 0 and not sparse and self.d > 1:
+            # M = R^T R / total = V diag(sigma**2) V^T from the SVD of R.
+            _, sigma, Vt = scipy.linalg.svd(self._R / np.sqrt(self._total),
+                                            check_finite=False)
+            sig = np.zeros(self.d)
+            sig[: sigma.size] = sigma
+            lam = sig**2
+            top = lam.max()
+            if top > 0:
+                # Directions whose variance is rounding (an eigen-solver's
+                # error, times a margin) carry no data: keep them at the
+                # scale of the others instead of amplifying their rounding.
+                null = lam <= _NULL_VARIANCE_MARGIN * eigenvalue_tolerance(top, self.d, self.dtype)
+                lam = np.where(null, top, lam)
+                V = Vt.T
+                W = (V / np.sqrt(lam)) @ V.T
+                W = _symmetric_frame(W, e)
+        return TokenStandardizer(e, W, ey, ew)
+
+
+def pair_map(T):
+    """The (P, P) matrix R with ``fold(T^T S T) = R fold(S)`` for symmetric S.
+
+    ``R[p', p] = T[j_p, j'] T[k_p, k'] + (j_p != k_p) T[k_p, j'] T[j_p, k']``
+    with ``(j_p, k_p)`` and ``(j', k')`` the pairs p and p' of the folding
+    order.
+    """
+    jp, kp = pair_indices(T.shape[0])
+    R = T[jp][:, jp].T * T[kp][:, kp].T
+    off = jp != kp
+    R[:, off] += (T[kp][:, jp] * T[jp][:, kp]).T[:, off]
+    return R
+
+
+def feature_map(old, new):
+    """Factors ``(A, B)`` with ``h_new = (A kron B) h_old`` between two standardizations.
+
+    The feature rows of the same data in two standardized coordinates differ
+    by ``kron(A, B)``: with ``T = diag(2**-e) W`` for each and ``D =
+    T_old^{-1} T_new``, ``B = D^T`` and ``A = diag(s_new) R_D diag(1 / s_old)``
+    (:func:`pair_map`, the pair weights of each embedding).
+    """
+    W_old = np.eye(old.d) if old.whitening is None else old.inverse_whitening
+    W_new = np.eye(new.d) if new.whitening is None else new.whitening
+    D = W_old @ np.ldexp(W_new, (old.exponents - new.exponents)[:, None])
+    A = pair_map(D) * new.pair_weights[:, None] / old.pair_weights[None, :]
+    return A, D.T
+
+
+def _symmetric_frame(W, e):
+    """``W Q`` with Q orthogonal such that ``diag(2**-e) W Q`` is symmetric.
+
+    ``T0 = diag(2**-e) W`` whitens the tokens, and so does ``T0 Q`` for any
+    orthogonal Q; the symmetric choice (the polar factor of T0) is the
+    inverse square root of the token second moment itself, which does not
+    depend on the power-of-two scales chosen for the coordinates, so neither
+    do the standardized tokens (up to rounding).  The scales are factored out
+    by a common power of two; if the coordinates' scales are too far apart
+    for that, W is kept as it is.
+    """
+    rel = e - e.max()
+    if rel.min() < -900:
+        return W
+    T0 = np.ldexp(W, -rel[:, None])
+    U, _, Vt = scipy.linalg.svd(T0, check_finite=False)
+    return W @ (Vt.T @ U.T)
+
+
+def scale_per_sample(X):
+    """Each sequence of X (n, t, d) scaled by a power of two into [1, 2): ``(X * 2**-f, f)``."""
+    X = np.asarray(X, dtype=np.float64)
+    peak = np.abs(X).reshape(X.shape[0], -1).max(axis=1, initial=0.0)
+    f = np.where(peak > 0, _exponent(peak), 0).astype(np.int64)
+    return np.ldexp(X, -f[:, None, None]), f
+
+
+def standardizer_for(X, lengths, Y=None, sample_weight=None, *, whiten=True):
+    """The :class:`TokenStandardizer` of one in-memory batch."""
+    d_out = None if Y is None else np.shape(Y)[-1]
+    acc = StandardizerAccumulator(X.shape[2], d_out, whiten=whiten)
+    return acc.update(X, lengths, Y, sample_weight).finish()
