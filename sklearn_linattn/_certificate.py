@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 import scipy.sparse
-from sklearn.utils import check_random_state
 
 from ._features import (
     attention_features,
@@ -43,11 +42,14 @@ from ._sparse import sparse_feature_rows
 from ._solvers import SOLVERS, solve, solve_eigh
 from ._standardize import TokenStandardizer, scale_per_sample
 from ._validation import (
+    check_data_format,
     check_scalar,
     check_readout,
     check_sample_weight,
     check_sequences,
     check_token_dim,
+    to_data_format,
+    validate_random_state,
 )
 
 __all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability"]
@@ -90,7 +92,8 @@ class Witness:
     model_b : tuple (V_b, Q_b)
         The second model, same layout (its head count may differ).
     input : ndarray of shape (n_tokens, d)
-        One sequence on which the two models disagree.
+        One sequence on which the two models disagree ((d, n_tokens) for a
+        certificate of ``data_format="channels_first"`` data).
     null_vector : ndarray of shape (psi,)
         Unit vector of folded coefficients, in the null space of the training
         features, along which the two models differ: ``p(model_b) - p(model_a)``
@@ -242,6 +245,7 @@ class IdentifiabilityCertificate:
         tol_is_default,
         rounding_tol=None,
         token_dim=None,
+        data_format="channels_last",
         n_tokens=None,
         coef=None,
         weight_sum=None,
@@ -288,6 +292,7 @@ class IdentifiabilityCertificate:
         self.tol = float(tol)
         self._tol_is_default = bool(tol_is_default)
         self._token_dim = token_dim
+        self._data_format = data_format
         self._n_tokens = n_tokens
         # Fitted coefficients of the standardized problem (see ``standardization``).
         self._coef = None if coef is None else np.array(coef, dtype=np.float64)
@@ -323,14 +328,12 @@ class IdentifiabilityCertificate:
             trace = float(ev.sum()) if ev is not None else self.max_eigenvalue
         self._trace = float(trace)
         # Coverage rule (see ``covers``): null-space energy allowed at an input
-        # with features h is  max(tol, r) * W / w_min + (r / lambda_max) * ||h||^2,
+        # with features h is  max(tol, r) * h^T Lambda_D^+ h + (r / lambda_max) * ||h||^2,
         # with r the rounding level of the package's rule (so that a user's
-        # tol=0 still covers the training inputs, whose computed null
-        # components are rounding, not zero), W the total weight and w_min the
-        # smallest positive weight (W / w_min = N without weights).
+        # tol=0 still allows for rounding).  Both terms scale like ||h||^2, so
+        # the answer does not depend on the scale of h.
         rounding = self.tol if rounding_tol is None else float(rounding_tol)
-        ratio = self._weight_sum / self._min_weight if self._min_weight > 0 else self.n_rows
-        self._null_abs = max(self.tol, rounding) * ratio
+        self._null_lev = max(self.tol, rounding)
         self._null_rel = rounding / self.max_eigenvalue if self.max_eigenvalue > 0 else 0.0
 
     @property
@@ -388,7 +391,8 @@ class IdentifiabilityCertificate:
 
     @classmethod
     def _from_solution(
-        cls, solution, stats, *, readout, tol=None, token_dim=None, n_tokens=None, coef=None
+        cls, solution, stats, *, readout, tol=None, token_dim=None, data_format="channels_last",
+        n_tokens=None, coef=None,
     ):
         """Certificate from the spectrum a fit already computed (no second pass).
 
@@ -408,6 +412,9 @@ class IdentifiabilityCertificate:
             ``solution.tol / n_rows`` (the same rule, in Lambda_D's units).
         token_dim : int or None
             How 2-D input to ``covers`` / ``error_bound`` is reshaped.
+        data_format : {"channels_last", "channels_first"}
+            Layout of the inputs of ``covers`` / ``error_bound`` and of the
+            witness input.
         n_tokens : int or None
             Length of the witness input (default: the token dimension plus one).
         coef : ndarray of shape (d_out, psi) or None
@@ -438,6 +445,7 @@ class IdentifiabilityCertificate:
             tol_is_default=is_default,
             rounding_tol=solution.tol / W,
             token_dim=token_dim,
+            data_format=data_format,
             n_tokens=n_tokens,
             coef=coef,
             weight_sum=W,
@@ -554,7 +562,9 @@ class IdentifiabilityCertificate:
         with the absolute allowance scaled alike.
         """
         X, lengths = check_sequences(
-            X_new, token_dim=self._token_dim, n_features=self.n_features_in, name="X_new"
+            X_new, token_dim=self._token_dim, data_format=self._data_format,
+            n_features=self.n_features_in, name="X_new",
+            expected_by="the certificate is about tokens of that dimension",
         )
         if not self.identifiable and not self._has_spectrum():
             raise self._unavailable("covers() and error_bound() on a failed certificate")
@@ -567,13 +577,12 @@ class IdentifiabilityCertificate:
         for sl in iter_sample_chunks(n_samples, rows_per_sample * self.n_features):
             Xc, f = scale_per_sample(self.standardization.transform(X[sl]))
             scale[sl] = f
-            allowance = np.ldexp(self._null_abs, -6 * f)
             if sparse_ok and np.count_nonzero(Xc) <= _SPARSE_DENSITY * Xc.size:
                 Hs, sample = sparse_feature_rows(Xc, lengths[sl], self.readout)
                 if self.standardization.whitened:
                     Hs = Hs @ scipy.sparse.diags(self.standardization.scale_features(
                         np.ones(self.n_features)))
-                row_cov, lev = self._sparse_row_coverage(Hs, allowance[sample])
+                row_cov, lev = self._sparse_row_coverage(Hs)
                 n = Xc.shape[0]
                 covered[sl] = np.bincount(sample, weights=~row_cov, minlength=n) == 0
                 worst = np.full(n, -np.inf)
@@ -585,7 +594,7 @@ class IdentifiabilityCertificate:
             else:
                 H = prefix_features(Xc, lengths[sl])  # padded rows are zero
             H = self.standardization.scale_features(H)
-            row_cov, lev = self._row_coverage(H, allowance[:, None])
+            row_cov, lev = self._row_coverage(H)
             covered[sl] = row_cov.all(axis=1)
             leverage[sl] = np.where(row_cov, lev, np.inf).max(axis=1)
         return covered, leverage, scale
@@ -595,12 +604,8 @@ class IdentifiabilityCertificate:
         return np.maximum(self.eigenvalues[: self.rank] - self.tol,
                           np.finfo(np.float64).tiny)
 
-    def _row_coverage(self, H, allowance):
-        """Per feature row h (array (n, t, psi)): in the span? and ``h^T Lambda_D^+ h``.
-
-        ``allowance`` (broadcast to (n, t)) is the absolute part of the
-        coverage rule in the units of H.
-        """
+    def _row_coverage(self, H):
+        """Per feature row h (array (n, t, psi)): in the span? and ``h^T Lambda_D^+ h``."""
         hh = np.einsum("ntp,ntp->nt", H, H)
         if self._has_spectrum():
             U, rank = self._eigenvectors, self.rank
@@ -614,7 +619,7 @@ class IdentifiabilityCertificate:
             else:  # row basis only (on the active columns): what the projection leaves
                 left = rest()
                 null_energy = np.einsum("ntp,ntp->nt", left, left)
-            return self._in_span(null_energy, hh, allowance), lev
+            return self._in_span(null_energy, hh, lev), lev
         covered = np.ones(hh.shape, dtype=bool)
         if self._factor is not None:
             # h^T Lambda_D^{-1} h = W ||L^{-1} h||^2 with G = L L^T.
@@ -627,11 +632,15 @@ class IdentifiabilityCertificate:
         lower = self.min_eigenvalue - self.min_eigenvalue_error - self.tol
         return covered, hh / max(lower, np.finfo(np.float64).tiny)
 
-    def _in_span(self, null_energy, hh, allowance):
-        """The coverage rule (see ``covers``): null energy within the allowance."""
-        return null_energy <= allowance + self._null_rel * hh
+    def _allowance(self, hh, lev):
+        """Null energy the coverage rule allows at rows of energy hh and leverage lev."""
+        return self._null_lev * lev + self._null_rel * hh
 
-    def _sparse_row_coverage(self, Hs, allowance):
+    def _in_span(self, null_energy, hh, lev):
+        """The coverage rule (see ``covers``): null energy within the allowance."""
+        return null_energy <= self._allowance(hh, lev)
+
+    def _sparse_row_coverage(self, Hs):
         """``_row_coverage`` for sparse rows Hs (n_rows, psi) of a certificate with a spectrum."""
         rank = self.rank
         U = self._eigenvectors[:, :rank]
@@ -651,7 +660,7 @@ class IdentifiabilityCertificate:
                 self._basis_gram = U.T @ U
             null_energy = hh - 2 * (proj * proj).sum(axis=1) + (
                 (proj @ self._basis_gram) * proj).sum(axis=1)
-        return self._in_span(null_energy, hh, allowance), lev
+        return self._in_span(null_energy, hh, lev), lev
 
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
@@ -676,24 +685,26 @@ class IdentifiabilityCertificate:
         Notes
         -----
         "In the span" uses the certificate's tolerance.  With ``U_0`` the
-        eigenvectors of ``Lambda_D`` whose eigenvalues are ``<= tol``, an
-        input with features h is covered when
+        eigenvectors of ``Lambda_D`` whose eigenvalues are ``<= tol`` (in the
+        standardized coordinates of ``standardization``), an input with
+        features h is covered when
 
-            ||U_0^T h||**2 <= tol * N + (r / lambda_max) * ||h||**2,
+            ||U_0^T h||**2 <= max(tol, r) * h^T Lambda_D^+ h + (r / lambda_max) * ||h||**2,
 
         with ``r`` the threshold of the package's rule (``r = tol`` unless a
-        ``tol`` was passed).  The first term is the most any training row can
-        have in those directions (``(u^T h_i)**2 <= u^T Phi^T Phi u <= N *
-        tol``), so training inputs are always covered; the second allows
-        rounding relative to the input itself, for inputs much larger than the
-        training data.  Both scale like ``X**6``, so the answer does not depend
-        on units.  A ``tol`` below ``r`` (e.g. ``tol=0``) is raised to ``r`` in
-        the first term, since computed null components are never exactly zero.
-        When the certificate holds there are no such directions and every input
-        is covered.  With sample weights the first term is ``tol * W / w_min``
-        (W the total weight, w_min the smallest positive one).  A failed
-        certificate from ``solver="cg"`` cannot answer (it has one null
-        direction, not the null space) and raises a ValueError.
+        ``tol`` was passed) and ``Lambda_D^+`` over the eigenvalues above
+        tol.  The first term is what an input exactly in the span of the
+        training rows can show in those directions (if ``h = Phi^T b``,
+        ``||U_0^T h||**2 <= N tol ||b||**2`` and the smallest such
+        ``||b||**2`` is ``h^T Lambda_D^+ h / N``); the second allows rounding
+        relative to the input itself.  Both scale like ``||h||**2``, so the
+        answer does not depend on the scale of X_new (nor, through the
+        standardization, on the units of the data).  Training inputs are
+        covered, unless a ``tol`` declares directions they use undetermined
+        (with a ``tol`` above every eigenvalue nothing is covered).  When the
+        certificate holds there are no such directions and every input is
+        covered.  A failed certificate from ``solver="cg"`` cannot answer (it
+        has one null direction, not the null space) and raises a ValueError.
 
         Inputs whose entries are mostly zero (at most a quarter, e.g. one-hot
         tokens) get sparse feature rows when psi >= 1000; the null energy is
@@ -838,7 +849,7 @@ class IdentifiabilityCertificate:
                 f"{self.min_eigenvalue:.3g} > tol {self.tol:.3g}), so every empirical "
                 "risk minimizer computes the same function on every input."
             )
-        rng = check_random_state(random_state)
+        rng = validate_random_state(random_state)
         d, psi = self.n_features_in, self.n_features
         n_tokens = self._n_tokens if self._n_tokens else d + 1
         n_tokens = max(n_tokens, 2)  # one token reaches only symmetric monomials
@@ -857,14 +868,16 @@ class IdentifiabilityCertificate:
             U, rank = self._eigenvectors, self.rank
             if U.shape[1] == psi:
                 null = h @ U[:, rank:]
-                null_norm = np.linalg.norm(null, axis=1)
-                best = int(np.argmax(null_norm / h_norm))
-                w = U[:, rank:] @ (null[best] / null_norm[best])
+                directions = null @ U[:, rank:].T
             else:
-                rest = self._split(h)[1]()
-                null_norm = np.linalg.norm(rest, axis=1)
-                best = int(np.argmax(null_norm / h_norm))
-                w = rest[best] / null_norm[best]
+                directions = self._split(h)[1]()
+            null_norm = np.linalg.norm(directions, axis=1)
+            lev = self._row_coverage(h[:, None, :])[1][:, 0]
+            # The candidate farthest outside the coverage rule's allowance.
+            with np.errstate(over="ignore"):
+                best = int(np.argmax(null_norm**2 / np.maximum(
+                    self._allowance(h_norm**2, lev), np.finfo(np.float64).tiny)))
+            w = directions[best] / null_norm[best]
         else:  # "cg": the eigenvector of lambda_min is the null direction
             v = self._null_vector
             along = h @ v
@@ -872,13 +885,6 @@ class IdentifiabilityCertificate:
             best = int(np.argmax(null_norm / h_norm))
             w = v * np.sign(along[best]) / np.linalg.norm(v)
         Z, h_best, n_best = Z[best], h_norm[best], null_norm[best]
-        # A large user ``tol`` lets inputs at the training scale count as
-        # covered; scaling the input by c scales both norms by c**3, which
-        # takes it out of the absolute slack of ``covers`` (by a factor 2).
-        margin = n_best**2 - 2.0 * self._null_rel * h_best**2
-        if margin > 0 and n_best**2 <= 2.0 * (self._null_abs + self._null_rel * h_best**2):
-            c = 1.01 * (2.0 * self._null_abs / margin) ** (1.0 / 6.0)
-            Z, h_best, n_best = Z * c, h_best * c**3, n_best * c**3
 
         if self._coef is not None:
             coef_a = self._coef
@@ -899,13 +905,14 @@ class IdentifiabilityCertificate:
         return Witness(
             model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef_a), d)),
             model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
-            input=st.inputs_to_user(Z),
+            input=to_data_format(st.inputs_to_user(Z)[None], self._data_format)[0],
             null_vector=user_null / np.linalg.norm(user_null),
         )
 
 
 def certify_identifiability(
-    X, *, readout="last", token_dim=None, tol=None, sample_weight=None, solver="auto"
+    X, *, readout="last", token_dim=None, tol=None, sample_weight=None, solver="auto",
+    data_format="channels_last",
 ):
     """Certify whether the inputs X identify every linear-attention model that fits them.
 
@@ -921,6 +928,10 @@ def certify_identifiability(
     token_dim : int or None, default=None
         Token dimension for 2-D X (each row is ``n_columns // token_dim``
         tokens); None reads 2-D X as univariate sequences.
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X: (n_samples, n_tokens, d), or (n_samples, d, n_tokens) as
+        aeon and sktime store multivariate series.  The certificate's
+        ``covers``, ``error_bound`` and ``witness`` use the same layout.
     tol : float or None, default=None
         Threshold on the eigenvalues of the standardized ``Lambda_D`` (same
         units as ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.
@@ -995,10 +1006,11 @@ def certify_identifiability(
     """
     check_readout(readout)
     token_dim = check_token_dim(token_dim)
+    data_format = check_data_format(data_format)
     tol = _check_tol(tol)
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
-    X, lengths = check_sequences(X, token_dim=token_dim)
+    X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
     solution, stats = solve(
         X, lengths, None, readout=readout, solver=solver, sample_weight=sample_weight
@@ -1013,5 +1025,6 @@ def certify_identifiability(
         # space is then needed, which eigh provides.
         solution = solve_eigh(stats)
     return IdentifiabilityCertificate._from_solution(
-        solution, stats, readout=readout, tol=tol, token_dim=token_dim, n_tokens=X.shape[1]
+        solution, stats, readout=readout, tol=tol, token_dim=token_dim,
+        data_format=data_format, n_tokens=X.shape[1],
     )

@@ -44,6 +44,7 @@ from sklearn.utils.validation import check_array
 from ._solvers import SufficientStatistics
 from ._standardize import StandardizerAccumulator, TokenStandardizer
 from ._validation import (
+    check_data_format,
     check_readout,
     check_scalar,
     check_sequences,
@@ -150,7 +151,7 @@ def _global_indices(exc, offset):
     return _with_message(exc, message)
 
 
-def _check_sample_dtype_shape(X, *, token_dim, n_features):
+def _check_sample_dtype_shape(X, *, token_dim, n_features, data_format="channels_last"):
     """Run the shape and dtype checks of ``check_sequences`` without data.
 
     A zero-filled stand-in holding one sample of X's dtype and trailing shape
@@ -165,13 +166,14 @@ def _check_sample_dtype_shape(X, *, token_dim, n_features):
     probe_shape = (min(shape[0], 1),) + shape[1:] if shape else ()
     probe = np.zeros(probe_shape, dtype=X.dtype)
     try:
-        Xv, _ = check_sequences(probe, token_dim=token_dim, n_features=n_features)
+        Xv, _ = check_sequences(probe, token_dim=token_dim, n_features=n_features,
+                                data_format=data_format)
     except (TypeError, ValueError) as exc:
         raise _reworded(exc, [(str(probe_shape), str(shape))]) from None
     return Xv.shape[1], Xv.shape[2]
 
 
-def _check_targets_shape(y, n_samples, n_tokens, readout):
+def _check_targets_shape(y, n_samples, n_tokens, readout, data_format="channels_last"):
     """Shape and dtype checks of ``check_targets`` on an array y, without data."""
     shape = tuple(y.shape)
     if shape[:1] != (n_samples,):
@@ -183,7 +185,8 @@ def _check_targets_shape(y, n_samples, n_tokens, readout):
     probe_shape = (1,) + shape[1:]
     probe = np.zeros(probe_shape, dtype=y.dtype)
     try:
-        check_targets(probe, np.array([n_tokens]), n_tokens, readout=readout)
+        check_targets(probe, np.array([n_tokens]), n_tokens, readout=readout,
+                      data_format=data_format)
     except (TypeError, ValueError) as exc:
         raise _reworded(
             exc,
@@ -208,7 +211,7 @@ def _sample_aligned(arg, X, da):
     return [arg[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _as_targets(y, da, n_samples, n_tokens, readout):
+def _as_targets(y, da, n_samples, n_tokens, readout, data_format="channels_last"):
     """Check y's shape up front; return it as a dask or numpy array, or a list.
 
     A list of per-sequence targets of different lengths (``readout="all"``)
@@ -231,7 +234,7 @@ def _as_targets(y, da, n_samples, n_tokens, readout):
             return list(y)
     else:
         y = np.asarray(y)
-    _check_targets_shape(y, n_samples, n_tokens, readout)
+    _check_targets_shape(y, n_samples, n_tokens, readout, data_format)
     return y
 
 
@@ -255,11 +258,14 @@ def _as_sample_weight(sample_weight, da, n_samples):
     return sample_weight
 
 
-def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_features):
+def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_features,
+                     data_format):
     """Validate one block of sequences (on a worker); sample indices made global."""
     try:
-        X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features)
-        Y, single = check_targets(y, lengths, X.shape[1], readout=readout)
+        X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features,
+                                     data_format=data_format)
+        Y, single = check_targets(y, lengths, X.shape[1], readout=readout,
+                                  data_format=data_format)
         w = None
         if sample_weight is not None:
             w = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
@@ -270,19 +276,19 @@ def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_featu
 
 
 def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_features,
-                        whiten):
+                        data_format, whiten):
     """Token and target magnitudes of one block (a StandardizerAccumulator), or None."""
     if X.shape[0] == 0:
         return None
     X, lengths, Y, single, w = _validated_block(
         X, y, sample_weight, offset, readout=readout, token_dim=token_dim,
-        n_features=n_features)
+        n_features=n_features, data_format=data_format)
     acc = StandardizerAccumulator(X.shape[2], Y.shape[-1], whiten=whiten)
     return acc.update(X, lengths, Y, w), single
 
 
 def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features,
-                      standardizer):
+                      data_format, standardizer):
     """Validate one block of sequences and return its sufficient statistics.
 
     Runs on a worker.  Returns ``(stats, single_output)``, or None for an
@@ -292,7 +298,7 @@ def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_feat
         return None
     X, lengths, Y, single, w = _validated_block(
         X, y, sample_weight, offset, readout=readout, token_dim=token_dim,
-        n_features=n_features)
+        n_features=n_features, data_format=data_format)
     stats = SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer)
     stats.update(X, lengths, Y, readout=readout, sample_weight=w)
     return stats, single
@@ -347,7 +353,7 @@ def _check_split_every(split_every):
 
 def _reduction(
     X, y, task, merge, name, *, readout="last", token_dim=None, sample_weight=None,
-    n_features=None, split_every=None, **extra,
+    n_features=None, split_every=None, data_format="channels_last", **extra,
 ):
     """Build a lazy block-by-block reduction of sequences and targets.
 
@@ -368,11 +374,13 @@ def _reduction(
 
     check_readout(readout)
     token_dim = check_token_dim(token_dim)
+    data_format = check_data_format(data_format)
     split_every = _check_split_every(split_every)
     X = _check_dask_array(X, da, "X")
-    n_tokens, _ = _check_sample_dtype_shape(X, token_dim=token_dim, n_features=n_features)
+    n_tokens, _ = _check_sample_dtype_shape(X, token_dim=token_dim, n_features=n_features,
+                                            data_format=data_format)
     n_samples = X.shape[0]
-    y = _as_targets(y, da, n_samples, n_tokens, readout)
+    y = _as_targets(y, da, n_samples, n_tokens, readout, data_format)
     sample_weight = _as_sample_weight(sample_weight, da, n_samples)
 
     # One chunk along the tokens and the token coordinates: a block is a set
@@ -392,7 +400,7 @@ def _reduction(
         if isinstance(v, TokenStandardizer) else v for v in extra.values()
     ]
     token = tokenize(X, y, sample_weight, readout, token_dim, n_features, split_every,
-                     name, extra_token)
+                     data_format, name, extra_token)
     x_blocks = X.to_delayed(optimize_graph=False).ravel()
     y_blocks = _sample_aligned(y, X, da)
     w_blocks = (
@@ -404,7 +412,8 @@ def _reduction(
     level = [
         dask.delayed(task)(
             xb, yb, wb, int(offset), readout=readout, token_dim=token_dim,
-            n_features=n_features, **extra, dask_key_name=f"linattn-{name}-{token}-{i}",
+            n_features=n_features, data_format=data_format, **extra,
+            dask_key_name=f"linattn-{name}-{token}-{i}",
         )
         for i, (xb, yb, wb, offset) in enumerate(zip(x_blocks, y_blocks, w_blocks, offsets))
     ]
@@ -423,7 +432,7 @@ def _reduction(
 
 def dask_scales(
     X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
-    split_every=None, timeout=None,
+    split_every=None, timeout=None, data_format="channels_last",
 ):
     """Token and target magnitudes of a dask array of sequences, block by block.
 
@@ -441,7 +450,7 @@ def dask_scales(
     result, _ = _reduction(
         X, y, _block_standardizer, _merge_standardizers, "scales", readout=readout,
         token_dim=token_dim, sample_weight=sample_weight, n_features=n_features,
-        split_every=split_every, whiten=True,
+        split_every=split_every, data_format=data_format, whiten=True,
     )
     merged = _compute(result, timeout)
     if merged is None:
@@ -516,7 +525,7 @@ def _compute(result, timeout):
 
 def dask_sufficient_statistics(
     X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
-    split_every=None, standardizer=None, timeout=None,
+    split_every=None, standardizer=None, timeout=None, data_format="channels_last",
 ):
     """Least-squares sufficient statistics of a dask array of sequences.
 
@@ -544,6 +553,9 @@ def dask_sufficient_statistics(
         One feature row per sequence, or one per real token (causal prefixes).
     token_dim : int or None, default=None
         Token dimension for 2-D X.
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X (and of 3-D targets of ``readout="all"``), as for the
+        in-memory fit.
     sample_weight : dask array, array-like of shape (n_samples,), float or None, \
 default=None
         Weight of each sequence, aligned with X's blocks like y.
@@ -619,11 +631,12 @@ default=None
         standardizer = dask_scales(
             X, y, readout=readout, token_dim=token_dim, sample_weight=sample_weight,
             n_features=n_features, split_every=split_every, timeout=timeout,
+            data_format=data_format,
         ).finish()
     result, n_tokens = _reduction(
         X, y, _block_statistics, _merge_blocks, "statistics", readout=readout,
         token_dim=token_dim, sample_weight=sample_weight, n_features=n_features,
-        split_every=split_every, standardizer=standardizer,
+        split_every=split_every, data_format=data_format, standardizer=standardizer,
     )
     stats, single = _compute(result, timeout)
     return stats, n_tokens, single

@@ -2033,7 +2033,7 @@ def check_solver_memory(solver, n_rows, psi, memory_budget=None):
         return
     fits = [s for s in SOLVERS[1:] if s != "lsmr" and solver_memory(s, n_rows, psi) <= budget]
     what = {
-        "dual": f"an {n_rows} x {n_rows} kernel matrix for N = {n_rows} feature rows",
+        "dual": f"the {n_rows} x {n_rows} kernel matrix of N = {n_rows} feature rows",
         "svd": f"the {n_rows} x {psi} design matrix and its SVD",
     }.get(solver, f"{psi} x {psi} dense matrices (psi = {psi} features)")
     raise ValueError(

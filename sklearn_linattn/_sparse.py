@@ -304,7 +304,11 @@ def solve_lsmr(X, lengths, Y, *, readout="last", alpha=0.0, sample_weight=None,
     eigenvalues = eigenvectors = min_vector = None
     rank_is_bound = False
     n_rows = A.shape[0]
-    if m > 0 and gram_fits(min(m, n_rows), memory_budget):
+    if m == 0:
+        # No active column: every feature row is zero, the spectrum is all zeros.
+        eigenvalues, eigenvectors, tol = np.zeros(psi), np.zeros((0, 0)), 0.0
+        rank, lam_max, lam_min = 0, 0.0, 0.0
+    elif gram_fits(min(m, n_rows), memory_budget):
         eigenvalues, eigenvectors, tol = _active_spectrum(A, psi, dtype)
         rank = eigenvectors.shape[1]
         lam_max, lam_min = float(eigenvalues[0]), float(eigenvalues[-1])

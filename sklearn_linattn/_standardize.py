@@ -54,6 +54,12 @@ def _exponent(values):
     return np.where(mantissa == 0, 0, exp - 1).astype(np.int64)
 
 
+def _ldexp(x, e):
+    """``np.ldexp`` whose overflow to inf is reported by :func:`_check_finite`, not warned."""
+    with np.errstate(over="ignore"):
+        return np.ldexp(x, e)
+
+
 def _check_finite(values, what):
     """Raise if scaling back overflowed (NaN, e.g. at padded positions, passes)."""
     if np.isinf(values).any():
@@ -148,7 +154,9 @@ class TokenStandardizer:
         """Standardized float64 tokens of X (..., d); zero tokens stay zero."""
         X = np.asarray(X, dtype=np.float64)
         if self.exponents.any():
-            X = np.ldexp(X, -self.exponents)
+            # Inputs far larger than the training data can leave float64 here.
+            X = _check_finite(_ldexp(X, -self.exponents),
+                              "The inputs in the training data's standardized units")
         if self.whitening is not None:
             X = X @ self.whitening
         return X
@@ -172,7 +180,7 @@ class TokenStandardizer:
         Y = np.asarray(Y, dtype=np.float64)
         if self.y_exponents is None or not self.y_exponents.any():
             return Y
-        return _check_finite(np.ldexp(Y, self.y_exponents), "The outputs")
+        return _check_finite(_ldexp(Y, self.y_exponents), "The outputs")
 
     def alpha(self, alpha):
         """The ridge penalty for the standardized weights (objective scaled by ``2**-weight_exponent``)."""
@@ -230,7 +238,7 @@ class TokenStandardizer:
         if targets and self.y_exponents is not None:
             shift = shift + self.y_exponents[:, None]
         if shift.any():
-            coef = np.ldexp(coef.reshape(d_out, -1), shift)
+            coef = _ldexp(coef.reshape(d_out, -1), shift)
         return _check_finite(coef, "The coefficients on the data's own units")
 
     def coef_from_user(self, coef, *, targets=True):
@@ -245,7 +253,7 @@ class TokenStandardizer:
         if targets and self.y_exponents is not None:
             shift = shift - self.y_exponents[:, None]
         if shift.any():
-            coef = np.ldexp(coef, shift)
+            coef = _ldexp(coef, shift)
         if self.whitening is not None:
             C = self._apply_token_map(unfold_coefficients(coef, self.d), self.inverse_whitening)
             coef = fold_coefficients(C).reshape(d_out, -1, self.d) / self.pair_weights[:, None]
@@ -286,8 +294,8 @@ class TokenStandardizer:
         ok = np.isfinite(lv) & np.isfinite(lq)
         m = np.where(ok, np.floor((np.where(ok, lv, 0) - np.where(ok, lq, 0)) / 2), 0)
         m = m.astype(np.int64)
-        V = np.ldexp(V, xv[None] - m[:, None, None])
-        Q = np.ldexp(Q, xq[None] + m[:, None, None])
+        V = _ldexp(V, xv[None] - m[:, None, None])
+        Q = _ldexp(Q, xq[None] + m[:, None, None])
         _check_finite(V, "The value matrices on the data's own units")
         _check_finite(Q, "The key-query matrices on the data's own units")
         return V, Q
@@ -298,7 +306,7 @@ class TokenStandardizer:
         if self.whitening is not None:
             Z = Z @ self.inverse_whitening
         if self.exponents.any():
-            Z = np.ldexp(Z, self.exponents)
+            Z = _ldexp(Z, self.exponents)
         return _check_finite(Z, "The sequence on the data's own units")
 
     # ------------------------------------------------------------ ridge penalty
@@ -494,7 +502,11 @@ class StandardizerAccumulator:
         """The :class:`TokenStandardizer` of the batches seen."""
         from ._solvers import eigenvalue_tolerance
 
-        e = np.where(self._e == _NEVER, 0, self._e)
+        seen = self._e != _NEVER
+        # A coordinate that is zero in every token carries no data: give it the
+        # scale of the others, so that inputs of the training's magnitude are
+        # scaled alike in every coordinate (its own value would be arbitrary).
+        e = np.where(seen, self._e, self._e[seen].max() if seen.any() else 0)
         ey = None if self._ey is None else np.where(self._ey == _NEVER, 0, self._ey)
         ew = 0 if self._ew == _NEVER else self._ew
         W = None

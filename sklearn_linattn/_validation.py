@@ -9,18 +9,25 @@ import numbers
 
 import numpy as np
 import scipy.sparse
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import assert_all_finite, check_array
 
 __all__ = [
+    "check_data_format",
     "check_lengths",
     "check_readout",
     "check_sample_weight",
     "check_sequences",
     "check_targets",
     "sequence_lengths",
+    "validate_random_state",
 ]
 
 READOUTS = ("last", "all")
+# Where the tokens are: Keras' spelling.  "channels_last" is (n_samples,
+# n_tokens, d), the package's own layout (tslearn's); "channels_first" is
+# (n_samples, d, n_tokens), aeon's and sktime's "numpy3D".
+DATA_FORMATS = ("channels_last", "channels_first")
 # Floating dtypes kept as given (the others are converted to float64): the
 # certificate judges the data by the precision it really has.
 _FLOAT_DTYPES = (np.float64, np.float32, np.float16)
@@ -46,6 +53,17 @@ def _check_real_dtype(a, name):
         )
 
 
+def _numeric_object_array(a, name, expected):
+    """An object array of numbers as float64; anything else is a TypeError naming it."""
+    try:
+        return a.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{name} is an object array whose entries are not all numbers ({exc}; shape "
+            f"{a.shape}); pass {expected}."
+        ) from None
+
+
 def check_readout(readout):
     """Return ``readout`` if it is ``"last"`` or ``"all"``, else raise."""
     if not isinstance(readout, str) or readout not in READOUTS:
@@ -53,6 +71,28 @@ def check_readout(readout):
             f"readout must be one of {READOUTS}; got {readout!r}."
         )
     return readout
+
+
+def check_data_format(data_format):
+    """Return ``data_format`` if it is ``"channels_last"`` or ``"channels_first"``, else raise."""
+    if not isinstance(data_format, str) or data_format not in DATA_FORMATS:
+        raise ValueError(
+            f"data_format must be one of {DATA_FORMATS}: 'channels_last' for sequences of "
+            "shape (n_samples, n_tokens, d), 'channels_first' for (n_samples, d, n_tokens) "
+            f"as aeon and sktime store them; got {data_format!r}."
+        )
+    return data_format
+
+
+def to_data_format(Y, data_format):
+    """Arrays in the package's layout (n, n_tokens, ...) -> the user's layout.
+
+    Swaps the token axis (1) and the last axis for ``"channels_first"``;
+    arrays with fewer than three axes are returned as they are.
+    """
+    if data_format == "channels_first" and np.ndim(Y) >= 3:
+        return np.swapaxes(Y, 1, -1)
+    return Y
 
 
 def check_token_dim(token_dim):
@@ -79,22 +119,28 @@ def _item_ndim(s):
         return -1
 
 
-def _pad_list(seqs, name):
-    """Stack a list of (n_tokens_i, d) arrays into one NaN-padded 3-D array."""
+def _pad_list(seqs, name, data_format="channels_last"):
+    """Stack a list of (n_tokens_i, d) arrays into one NaN-padded 3-D array.
+
+    With ``data_format="channels_first"`` the items are (d, n_tokens_i).
+    """
+    shape = "(d, n_tokens)" if data_format == "channels_first" else "(n_tokens, d)"
     arrays = []
     for i, s in enumerate(seqs):
         if _item_ndim(s) == -1:
             raise ValueError(
-                f"{name}[{i}] must be a 2-D array of shape (n_tokens, d) when {name} "
+                f"{name}[{i}] must be a 2-D array of shape {shape} when {name} "
                 "is a list of sequences; got a ragged nested list."
             )
         a = np.asarray(s)
         if a.ndim != 2:
             raise ValueError(
-                f"{name}[{i}] must be a 2-D array of shape (n_tokens, d) when {name} "
+                f"{name}[{i}] must be a 2-D array of shape {shape} when {name} "
                 f"is a list of sequences; got {a.ndim}-D shape {a.shape}."
             )
         _check_real_dtype(a, f"{name}[{i}]")
+        if data_format == "channels_first":
+            a = a.T
         if a.shape[0] == 0:
             raise ValueError(
                 f"{name}[{i}] is an empty sequence: each sequence needs at least one "
@@ -186,7 +232,8 @@ def sequence_lengths(X, *, name="X"):
 
 
 def check_sequences(
-    X, *, token_dim=None, n_features=None, name="X", fill_value=0.0, copy=True
+    X, *, token_dim=None, n_features=None, name="X", fill_value=0.0, copy=True,
+    data_format="channels_last", expected_by=None,
 ):
     """Validate sequence input and return a padded 3-D float array and lengths.
 
@@ -203,6 +250,8 @@ arrays, or array-like of shape (n_samples, n_columns)
         None or equal to d (a contradiction is an error, not ignored).
     n_features : int or None, default=None
         Expected token dimension (as seen in ``fit``); None accepts any.
+        ``expected_by`` says in the error message where it comes from
+        (default: the dimension an estimator was fitted on).
     name : str, default="X"
         Name of the argument, used in error messages.
     fill_value : float or None, default=0.0
@@ -212,6 +261,12 @@ arrays, or array-like of shape (n_samples, n_columns)
     copy : bool, default=True
         False lets the result share memory with the input when no conversion
         and no filling is needed (for callers that only read it).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        ``"channels_first"`` reads X as (n_samples, d, n_tokens) (a list of
+        (d, n_tokens_i) arrays; for 2-D X with ``token_dim``, each row as
+        ``token_dim`` channels of ``n_columns // token_dim`` values), as aeon
+        and sktime store multivariate series; the result is in the package's
+        layout either way.
 
     Returns
     -------
@@ -232,14 +287,24 @@ arrays, or array-like of shape (n_samples, n_columns)
     ((2, 3, 2), array([3, 1]))
     """
     token_dim = check_token_dim(token_dim)
+    data_format = check_data_format(data_format)
+    first = data_format == "channels_first"
+    layout = "(n_samples, d, n_tokens)" if first else "(n_samples, n_tokens, d)"
+    item = "(d, n_tokens_i)" if first else "(n_tokens_i, d)"
     if scipy.sparse.issparse(X):
         # check_array words the refusal of sparse input the way sklearn users know.
         check_array(X, accept_sparse=False, input_name=name)
     if X is None:
         raise TypeError(
-            f"{name} must be an array-like of sequences of shape (n_samples, n_tokens, "
-            "d) or a list of 2-D arrays; got None."
+            f"{name} must be an array-like of sequences of shape {layout} or a list of "
+            "2-D arrays; got None."
         )
+    if isinstance(X, np.ndarray) and X.dtype.kind == "O":
+        if X.ndim == 1 and len(X) and any(_item_ndim(s) == 2 for s in X):
+            X = list(X)  # an object array of sequences: the same as their list
+        else:
+            X = _numeric_object_array(X, name, f"a numeric array of shape {layout} or a "
+                                      f"list of 2-D arrays of shape {item}")
     if isinstance(X, (list, tuple)) and len(X) == 0:
         raise ValueError(
             f"{name} must hold at least one sequence; got an empty {type(X).__name__}."
@@ -248,7 +313,8 @@ arrays, or array-like of shape (n_samples, n_columns)
         _item_ndim(s) == 2 for s in X
     ):
         # A list of sequences; _pad_list names any item that is not 2-D.
-        X = _pad_list(X, name)
+        X = _pad_list(X, name, data_format)
+        first = False  # already in the package's layout
     elif hasattr(X, "dtype") and hasattr(X, "shape") and not hasattr(X, "iloc"):
         X = np.asarray(X)
         _check_real_dtype(X, name)
@@ -257,19 +323,18 @@ arrays, or array-like of shape (n_samples, n_columns)
             X = np.asarray(X)
         except ValueError as exc:
             raise ValueError(
-                f"{name} must be an array of shape (n_samples, n_tokens, d) or a list "
-                f"of 2-D arrays of shape (n_tokens_i, d); could not convert it: {exc}"
+                f"{name} must be an array of shape {layout} or a list of 2-D arrays of "
+                f"shape {item}; could not convert it: {exc}"
             ) from None
         if X.dtype.kind == "O" and X.ndim == 1 and len(X) > 0:
             raise ValueError(
                 f"{name} is a ragged list whose items are not all 2-D arrays of shape "
-                f"(n_tokens_i, d); got items with shapes "
-                f"{[np.shape(s) for s in X[:3]]}..."
+                f"{item}; got items with shapes {[np.shape(s) for s in X[:3]]}..."
             )
         _check_real_dtype(X, name)
     if X.ndim not in (2, 3):
         raise ValueError(
-            f"{name} must be a 3-D array of shape (n_samples, n_tokens, d), a 2-D "
+            f"{name} must be a 3-D array of shape {layout}, a 2-D "
             f"array of shape (n_samples, n_columns) or a list of 2-D arrays; got a "
             f"{X.ndim}-D array of shape {X.shape}."
             + (
@@ -278,6 +343,8 @@ arrays, or array-like of shape (n_samples, n_columns)
                 else ""
             )
         )
+    if first and X.ndim == 3:
+        X = np.swapaxes(X, 1, 2)
     if X.shape[0] == 0:
         raise ValueError(
             f"{name} must hold at least one sequence: found array with 0 sample(s) "
@@ -304,7 +371,8 @@ arrays, or array-like of shape (n_samples, n_columns)
     finite = bool(np.isfinite(np.sum(X)))
     if not finite:
         assert_all_finite(X, allow_nan=True, input_name=name)
-    if X.ndim == 2:
+    two_d = X.ndim == 2
+    if two_d:
         if token_dim is None:
             X = X[:, :, None]
         else:
@@ -313,19 +381,23 @@ arrays, or array-like of shape (n_samples, n_columns)
                     f"token_dim={token_dim} must divide the number of columns of the "
                     f"2-D {name}; got {X.shape[1]} columns."
                 )
-            X = X.reshape(X.shape[0], X.shape[1] // token_dim, token_dim)
+            if first:  # each row holds token_dim channels one after the other
+                X = np.swapaxes(X.reshape(X.shape[0], token_dim, -1), 1, 2)
+            else:
+                X = X.reshape(X.shape[0], X.shape[1] // token_dim, token_dim)
     elif token_dim is not None and X.shape[2] != token_dim:
         raise ValueError(
             f"token_dim={token_dim} contradicts the token dimension of the 3-D {name}: "
-            f"got tokens of dimension d={X.shape[2]} (shape {X.shape}). token_dim "
-            "only reshapes 2-D input; leave it None or make it equal to d."
+            f"got tokens of dimension d={X.shape[2]} (shape {to_data_format(X, data_format).shape}"
+            f"{', data_format=' + repr(data_format) if first else ''}). token_dim only "
+            "reshapes 2-D input; leave it None or make it equal to d."
         )
     if X.shape[1] == 0 or X.shape[2] == 0:
         raise ValueError(
             f"{name} must have at least one token and a token dimension d >= 1; got "
             f"shape {X.shape}."
         )
-    _check_token_dimension(X, n_features, name)
+    _check_token_dimension(X, n_features, name, expected_by, two_d and token_dim is None)
     if finite:
         lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
     else:
@@ -338,12 +410,19 @@ arrays, or array-like of shape (n_samples, n_columns)
     return np.ascontiguousarray(X), lengths
 
 
-def _check_token_dimension(X, n_features, name):
+def _check_token_dimension(X, n_features, name, expected_by=None, two_d=False):
     """The token dimension of a 3-D X against the expected one (None: any)."""
     if n_features is not None and X.shape[2] != n_features:
+        by = expected_by or ("the estimator was fitted on tokens of that dimension "
+                             "(n_features_in_ is the token dimension d)")
+        hint = (
+            f" A 2-D {name} is read as univariate sequences (d = 1) unless token_dim is "
+            f"set: pass token_dim={n_features} to read each row as tokens of dimension "
+            f"{n_features}, or a 3-D array." if two_d else ""
+        )
         raise ValueError(
             f"{name} has tokens of dimension d={X.shape[2]}, but d={n_features} was "
-            f"expected (the token dimension seen in fit, or of the attention heads)."
+            f"expected: {by}.{hint}"
         )
 
 
@@ -369,7 +448,7 @@ def check_lengths_array(lengths, n_samples, n_tokens):
     return lengths
 
 
-def check_lengths(X, lengths, *, n_features=None, name="X"):
+def check_lengths(X, lengths, *, n_features=None, name="X", expected_by=None):
     """Validate a NaN-free 3-D array with explicit lengths; zero its padding.
 
     For callers that keep sequence lengths beside the data instead of NaN
@@ -397,7 +476,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X"):
             f"{name} must be a 3-D array of shape (n_samples, n_tokens, d) when lengths "
             f"are given; got shape {X.shape}."
         )
-    _check_token_dimension(X, n_features, name)
+    _check_token_dimension(X, n_features, name, expected_by)
     lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
     if X.dtype not in _FLOAT_DTYPES:
         X = X.astype(np.float64)
@@ -413,7 +492,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X"):
     return X, lengths
 
 
-def check_targets(y, lengths, n_tokens, *, readout, name="y"):
+def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="channels_last"):
     """Validate targets against validated sequences.
 
     Parameters
@@ -429,6 +508,10 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y"):
         Padded length of the validated X.
     readout : {"last", "all"}
     name : str, default="y"
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        With ``"channels_first"`` and ``readout="all"``, targets with an
+        output axis are (n_samples, d_out, n_tokens) (or a list of
+        (d_out, n_tokens_i) arrays), like the sequences.
 
     Returns
     -------
@@ -445,6 +528,10 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y"):
         raise ValueError(
             f"this estimator requires y to be passed, but the target {name} is None."
         )
+    first = check_data_format(data_format) == "channels_first" and readout == "all"
+    if first and isinstance(y, (list, tuple)):
+        # (d_out, n_tokens_i) per sequence, like the sequences themselves.
+        y = [np.asarray(s).T if np.ndim(s) == 2 else s for s in y]
     if readout == "all" and isinstance(y, (list, tuple)) and len(y) > 0 and all(
         _item_ndim(s) in (1, 2) for s in y
     ) and len({np.ndim(s) for s in y}) == 1 and any(
@@ -468,8 +555,12 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y"):
         y = np.asarray(y)
     except ValueError as exc:
         raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    if y.dtype.kind == "O":
+        y = _numeric_object_array(y, name, "numeric targets")
     _check_real_dtype(y, name)
     y = y.astype(np.float64, copy=True)
+    if first and y.ndim == 3:
+        y = np.swapaxes(y, 1, 2)
     if np.isinf(y).any():
         raise ValueError(f"Input {name} contains infinity.")
     if y.shape[:1] != (n_samples,):
@@ -600,6 +691,54 @@ def check_scalar(
     if not ok:
         raise ValueError(f"{name} must be {expected}; got {value!r}.")
     return int(value) if integer else float(value)
+
+
+def validate_random_state(random_state, name="random_state"):
+    """``sklearn.utils.check_random_state`` with errors that name the argument.
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
+        None (numpy's global generator), an integer seed in [0, 2**32 - 1], a
+        RandomState, or a Generator (whose bit generator the result shares:
+        drawing advances the caller's state).
+    name : str, default="random_state"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    rng : numpy.random.RandomState
+
+    Raises
+    ------
+    TypeError
+        For anything that is not one of those types (bools included).
+    ValueError
+        For an integer outside [0, 2**32 - 1].
+
+    Examples
+    --------
+    >>> from sklearn_linattn._validation import validate_random_state
+    >>> validate_random_state(0).randint(10) == validate_random_state(0).randint(10)
+    True
+    >>> validate_random_state("abc")
+    Traceback (most recent call last):
+        ...
+    TypeError: random_state must be None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator; got 'abc' of type str.
+    """
+    expected = "None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator"
+    if isinstance(random_state, np.random.Generator):
+        return np.random.RandomState(random_state.bit_generator)
+    is_int = isinstance(random_state, numbers.Integral) and not isinstance(
+        random_state, (bool, np.bool_))
+    if is_int and not 0 <= random_state < 2**32:
+        raise ValueError(f"{name} must be {expected}; got {random_state!r}.")
+    if random_state is None or is_int or isinstance(random_state, np.random.RandomState):
+        return check_random_state(random_state)
+    raise TypeError(
+        f"{name} must be {expected}; got {random_state!r} of type "
+        f"{type(random_state).__name__}."
+    )
 
 
 def check_sample_weight(sample_weight, n_samples, *, name="sample_weight"):

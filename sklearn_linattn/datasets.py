@@ -23,10 +23,9 @@ RandomState).
 import numbers
 
 import numpy as np
-from sklearn.utils import check_random_state
 
 from ._mhla import mhla_forward
-from ._validation import check_readout, check_scalar
+from ._validation import check_readout, check_scalar, validate_random_state
 
 __all__ = [
     "dfa_vocabulary",
@@ -62,25 +61,17 @@ def _check_bool(value, name):
     return bool(value)
 
 
-def _check_random_state(random_state):
-    """A RandomState drawing from ``random_state`` (Generators included)."""
-    expected = (
-        "None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator"
-    )
-    if isinstance(random_state, np.random.Generator):
-        # Shares the Generator's bit generator: drawing advances the user's state.
-        return np.random.RandomState(random_state.bit_generator)
-    if isinstance(random_state, (bool, np.bool_)):
-        raise TypeError(f"random_state must be {expected}; got {random_state!r}.")
-    if _is_int(random_state) and not 0 <= random_state < 2**32:
-        raise ValueError(f"random_state must be {expected}; got {random_state!r}.")
-    try:
-        return check_random_state(random_state)
-    except ValueError:
-        raise TypeError(
-            f"random_state must be {expected}; got {random_state!r} of type "
-            f"{type(random_state).__name__}."
-        ) from None
+def _check_output_size(n_values, what):
+    """Refuse, before drawing anything, arrays of n_values floats beyond the memory budget."""
+    from ._solvers import default_memory_budget
+
+    need, budget = 8.0 * n_values, default_memory_budget()
+    if need > budget:
+        raise ValueError(
+            f"{what} would take about {need / 2**30:.3g} GiB, more than the memory budget "
+            f"of {budget / 2**30:.3g} GiB (half the physical memory); ask for fewer samples "
+            "(or shorter sequences) and draw them in batches."
+        )
 
 
 def _check_variable_length(variable_length, n_tokens):
@@ -247,7 +238,10 @@ def make_random_mhla(
     weight_scale = check_scalar(weight_scale, "weight_scale", low=0.0, low_open=True, allow_none=True)
     token_scale = check_scalar(token_scale, "token_scale", low=0.0, low_open=True, allow_none=True)
     return_params = _check_bool(return_params, "return_params")
-    rng = _check_random_state(random_state)
+    rng = validate_random_state(random_state)
+    rows = n_tokens if readout == "all" else 1
+    _check_output_size(n_samples * (n_tokens * d + rows * d_out),
+                       f"make_random_mhla(n_samples={n_samples}, n_tokens={n_tokens}, d={d})")
     if weight_scale is None:
         weight_scale = 1.0 / np.sqrt(d)
     if token_scale is None:
@@ -392,7 +386,9 @@ def make_associative_memory(
     p_orthonormal = check_scalar(p_orthonormal, "p_orthonormal", low=0.0, high=1.0)
     _check_option(targets, "targets", ("token", "value"))
     return_params = _check_bool(return_params, "return_params")
-    rng = _check_random_state(random_state)
+    rng = validate_random_state(random_state)
+    _check_output_size(n_samples * ((d + 1) * 2 * d + 2 * d),
+                       f"make_associative_memory(n_samples={n_samples}, d={d})")
 
     if distribution == "mixture":
         orthonormal = rng.random_sample(n_samples) < p_orthonormal
@@ -593,7 +589,10 @@ def make_dfa_execution(
     word_length = check_scalar(word_length, "word_length", integer=True, low=1)
     _check_option(targets, "targets", ("all", "history"))
     return_params = _check_bool(return_params, "return_params")
-    rng = _check_random_state(random_state)
+    rng = validate_random_state(random_state)
+    n_chars = 5 * n_states * alphabet_size + 4 * word_length + 2
+    _check_output_size(2 * n_samples * n_chars * (n_states + alphabet_size + 3),
+                       f"make_dfa_execution(n_samples={n_samples}, ...)")
 
     vocabulary = dfa_vocabulary(n_states, alphabet_size)
     letter0 = n_states  # vocabulary index of letter 0

@@ -30,12 +30,15 @@ from ._solvers import (
 )
 from ._standardize import StandardizerAccumulator, TokenStandardizer, scale_per_sample
 from ._validation import (
+    check_data_format,
     check_readout,
     check_sample_weight,
     check_scalar,
     check_sequences,
     check_targets,
     check_token_dim,
+    to_data_format,
+    validate_random_state,
 )
 
 __all__ = [
@@ -75,6 +78,11 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Token dimension for 2-D input: each row of a 2-D X is read as
         ``n_columns // token_dim`` tokens.  None reads 2-D X as univariate
         sequences (d = 1).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d) with tokens
+        along axis 1 (tslearn's, the package's own); ``"channels_first"`` is
+        (n_samples, d, n_tokens), the "numpy3D" layout of aeon and sktime
+        (n_samples, n_channels, n_timepoints).
 
     Attributes
     ----------
@@ -100,8 +108,12 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     ['S[x0,x0]*last[x0]', 'S[x0,x0]*last[x1]']
     """
 
-    def __init__(self, token_dim=None):
+    def __init__(self, token_dim=None, data_format="channels_last"):
         self.token_dim = token_dim
+        self.data_format = data_format
+
+    def _layout(self):
+        return {"token_dim": self.token_dim, "data_format": check_data_format(self.data_format)}
 
     def fit(self, X, y=None):
         """Record the token dimension of X.
@@ -117,7 +129,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         -------
         self : LinearAttentionFeatures
         """
-        X, _ = check_sequences(X, token_dim=self.token_dim)
+        X, _ = check_sequences(X, **self._layout())
         self.n_features_in_ = X.shape[2]
         self.n_features_out_ = n_attention_features(X.shape[2])
         return self
@@ -134,9 +146,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         H : ndarray of shape (n_samples, psi), float64
         """
         check_is_fitted(self)
-        X, lengths = check_sequences(
-            X, token_dim=self.token_dim, n_features=self.n_features_in_
-        )
+        X, lengths = check_sequences(X, n_features=self.n_features_in_, **self._layout())
         return attention_features(np.asarray(X, dtype=np.float64), lengths)
 
     def get_feature_names_out(self, input_features=None):
@@ -176,12 +186,14 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
     the model is best conditioned, and mapped back exactly.
     """
 
+    def _layout(self):
+        """How X is read: ``token_dim`` and ``data_format`` (checked)."""
+        return {"token_dim": self.token_dim,
+                "data_format": check_data_format(getattr(self, "data_format", "channels_last"))}
+
     def _validate_X(self, X):
         check_is_fitted(self)
-        return check_sequences(X, token_dim=self.token_dim, n_features=self.n_features_in_)
-
-    def _shape_output(self, Y):
-        return Y[..., 0] if self._single_output else Y
+        return check_sequences(X, n_features=self.n_features_in_, **self._layout())
 
     def _forward(self, X, lengths):
         """Outputs of the fitted model on validated sequences, shape (n, [n_tokens,] d_out)."""
@@ -210,6 +222,10 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         """
         X, lengths = self._validate_X(X)
         return self._shape_output(self._forward(X, lengths))
+
+    def _shape_output(self, Y):
+        Y = Y[..., 0] if self._single_output else Y
+        return to_data_format(Y, self._layout()["data_format"])
 
     def generate(self, X, n_steps, *, rounding=None):
         """Continue sequences autoregressively with the fitted heads.
@@ -259,10 +275,10 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
                 f"{self.value_matrices_.shape[1]} values per position (fit it with y of "
                 f"shape (n_samples, {d}) or (n_samples, n_tokens, {d}))."
             )
-        return mhla_generate(
+        return to_data_format(mhla_generate(
             X, self.value_matrices_, self.key_query_matrices_, n_steps,
             rounding=rounding, lengths=lengths,
-        )
+        ), self._layout()["data_format"])
 
     def score(self, X, y, sample_weight=None):
         """Coefficient of determination R^2 over every non-padded output.
@@ -281,7 +297,15 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             R^2 averaged uniformly over outputs.
         """
         Xv, lengths = self._validate_X(X)
-        Y, _ = check_targets(y, lengths, Xv.shape[1], readout=self.readout)
+        Y, _ = check_targets(y, lengths, Xv.shape[1], readout=self.readout,
+                             data_format=self._layout()["data_format"])
+        d_out = self.value_matrices_.shape[1]
+        if Y.shape[-1] != d_out:
+            raise ValueError(
+                f"y has {Y.shape[-1]} output(s) per position, but the model was fitted with "
+                f"{d_out} (y of shape {np.shape(y)} for readout={self.readout!r}; targets at "
+                "every position need readout='all')."
+            )
         w = check_sample_weight(sample_weight, Xv.shape[0])
         pred = self._forward(Xv, lengths)
         if self.readout == "all":
@@ -312,8 +336,8 @@ class _TrainingData:
     chunk name it, e.g. ``X[4096:8192][3, 2] is partly NaN``.
     """
 
-    def __init__(self, X, y, sample_weight, *, token_dim, readout, n_features=None):
-        self.token_dim, self.readout, self.n_features = token_dim, readout, n_features
+    def __init__(self, X, y, sample_weight, *, layout, readout, n_features=None):
+        self.layout, self.readout, self.n_features = layout, readout, n_features
         self.chunked = (
             isinstance(X, np.ndarray)
             and X.ndim in (2, 3)
@@ -329,9 +353,9 @@ class _TrainingData:
             self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
         else:
             # Read only (statistics, solvers, or concatenated): no copy needed.
-            Xv, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features,
-                                          copy=False)
-            Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout)
+            Xv, lengths = check_sequences(X, n_features=n_features, copy=False, **layout)
+            Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout,
+                                      data_format=layout["data_format"])
             w = check_sample_weight(sample_weight, Xv.shape[0])
             self._whole = (Xv, lengths, Y, single, w)
             self.n_samples = Xv.shape[0]
@@ -346,12 +370,12 @@ class _TrainingData:
         for start in range(0, self.n_samples, step):
             sl = slice(start, min(start + step, self.n_samples))
             Xc, lc = check_sequences(
-                self.X[sl], token_dim=self.token_dim, n_features=self.n_features,
-                name=f"X[{sl.start}:{sl.stop}]", copy=False,
+                self.X[sl], n_features=self.n_features,
+                name=f"X[{sl.start}:{sl.stop}]", copy=False, **self.layout,
             )
             Yc, single = check_targets(
                 self.y[sl], lc, Xc.shape[1], readout=self.readout,
-                name=f"y[{sl.start}:{sl.stop}]",
+                name=f"y[{sl.start}:{sl.stop}]", data_format=self.layout["data_format"],
             )
             w = None if self.sample_weight is None else self.sample_weight[sl]
             yield Xc, lc, Yc, single, w
@@ -400,9 +424,14 @@ class _TrainingData:
             X = np.concatenate([p[0] for p in parts])
         else:
             X = self.X
+            token_dim = self.layout["token_dim"]
+            first = self.layout["data_format"] == "channels_first"
             if X.ndim == 2:
-                d = 1 if self.token_dim is None else self.token_dim
-                X = X.reshape(X.shape[0], -1, d)
+                d = 1 if token_dim is None else token_dim
+                X = (np.swapaxes(X.reshape(X.shape[0], d, -1), 1, 2) if first
+                     else X.reshape(X.shape[0], -1, d))
+            elif first:
+                X = np.swapaxes(X, 1, 2)  # a view: "cg" reads chunks of it
         return X, lengths, Y, self.sample_weight
 
 
@@ -472,6 +501,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``partial_fit`` needs ``"auto"``, ``"eigh"`` or ``"cholesky"``.
     token_dim : int or None, default=None
         Token dimension for 2-D X (see :class:`LinearAttentionFeatures`).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X (and of targets with an output axis for ``readout="all"``,
+        and of what ``predict`` and ``generate`` return):
+        ``"channels_last"`` is (n_samples, n_tokens, d), ``"channels_first"``
+        (n_samples, d, n_tokens), the layout of aeon and sktime (see
+        :class:`LinearAttentionFeatures`).
     random_state : int, RandomState instance or None, default=None
         Seeds the random restarts of the head compression.
     verbose : int, default=0
@@ -599,6 +634,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         n_heads=None,
         solver="auto",
         token_dim=None,
+        data_format="channels_last",
         random_state=None,
         verbose=0,
         tol=1e-8,
@@ -609,6 +645,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.n_heads = n_heads
         self.solver = solver
         self.token_dim = token_dim
+        self.data_format = data_format
         self.random_state = random_state
         self.verbose = verbose
         self.tol = tol
@@ -617,6 +654,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def _check_params(self):
         check_readout(self.readout)
         check_token_dim(self.token_dim)
+        check_data_format(self.data_format)
+        validate_random_state(self.random_state)
         check_scalar(self.alpha, "alpha", low=0.0)
         check_scalar(self.n_heads, "n_heads", integer=True, low=1, allow_none=True)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
@@ -668,9 +707,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             self._fit_statistics(stats, n_tokens=n_tokens, single_output=single)
             self._scales = scales
             return self
-        data = _TrainingData(
-            X, y, sample_weight, token_dim=self.token_dim, readout=self.readout
-        )
+        data = _TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
         batches = data.batches()
         first = next(batches)
         d, d_out, n_tokens = first[0].shape[2], first[2].shape[-1], first[0].shape[1]
@@ -756,6 +793,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             )
         previous = getattr(self, "_stats", None)
         if previous is None and hasattr(self, "coef_"):
+            if getattr(self, "solver_", None) in STATISTICS_SOLVERS:
+                raise ValueError(
+                    "partial_fit cannot continue this model: it keeps no sufficient "
+                    "statistics (a model read by load_model does not store them); call "
+                    "fit on all the data, or fit with partial_fit from the start."
+                )
             raise ValueError(
                 f"partial_fit cannot continue a fit made with solver={self.solver_!r}, "
                 "which keeps no sufficient statistics; call fit again, or fit with "
@@ -781,10 +824,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             self._fit_statistics(stats, single_output=single)
             self._scales = scales
             return self
-        data = _TrainingData(
-            X, y, sample_weight, token_dim=self.token_dim, readout=self.readout,
-            n_features=n_features,
-        )
+        data = _TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout,
+                             n_features=n_features)
         batches = data.batches()
         first = next(batches)
         d, d_out = first[0].shape[2], first[2].shape[-1]
@@ -855,8 +896,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             )
         from ._dask import dask_scales, dask_sufficient_statistics
 
-        kwargs = dict(readout=self.readout, token_dim=self.token_dim,
-                      sample_weight=sample_weight, n_features=n_features)
+        kwargs = dict(readout=self.readout, sample_weight=sample_weight,
+                      n_features=n_features, **self._layout())
         scales, standardizer, _ = self._continued_scales(dask_scales(X, y, **kwargs), previous)
         stats, n_tokens, single = dask_sufficient_statistics(X, y, standardizer=standardizer,
                                                              **kwargs)
@@ -949,7 +990,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.n_iter_ = max(1, int(solution.n_iter))
         # Same spectrum, same tolerance: no second pass over the data.
         self.certificate_ = IdentifiabilityCertificate._from_solution(
-            solution, stats, readout=self.readout, token_dim=self.token_dim,
+            solution, stats, readout=self.readout, **self._layout(),
             n_tokens=n_tokens, coef=solution.standardized_coef,
         )
         # Heads are found in the standardized coordinates, where the

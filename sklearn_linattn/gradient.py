@@ -29,11 +29,13 @@ from sklearn.utils import check_random_state
 from ._features import iter_sample_chunks
 from ._mhla import _check_heads, attention_coefficients, mhla_forward
 from ._validation import (
+    check_data_format,
     check_readout,
     check_scalar,
     check_sequences,
     check_targets,
     check_token_dim,
+    validate_random_state,
 )
 from .estimators import AttentionHeadsRegressorMixin
 
@@ -322,6 +324,8 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     token_dim : int or None, default=None
         Token dimension for 2-D X (see
         :class:`~sklearn_linattn.LinearAttentionFeatures`).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X, as for :class:`~sklearn_linattn.LinearAttentionRegressor`.
     random_state : int, RandomState instance or None, default=None
         Seeds the initialisation, the validation split and the shuffling.
     verbose : int, default=0
@@ -421,6 +425,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         validation_fraction=0.0,
         tol=None,
         token_dim=None,
+        data_format="channels_last",
         random_state=None,
         verbose=0,
     ):
@@ -438,6 +443,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.tol = tol
         self.token_dim = token_dim
+        self.data_format = data_format
         self.random_state = random_state
         self.verbose = verbose
 
@@ -458,6 +464,8 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         )
         check_scalar(self.tol, "tol", low=0, low_open=True, allow_none=True)
         check_token_dim(self.token_dim)
+        check_data_format(self.data_format)
+        validate_random_state(self.random_state)
         if not isinstance(self.verbose, (bool, np.bool_)):
             check_scalar(self.verbose, "verbose", integer=True, low=0)
 
@@ -493,8 +501,9 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """
         start = time.perf_counter()
         self._check_params()
-        X, lengths = check_sequences(X, token_dim=self.token_dim)
-        Y, single = check_targets(y, lengths, X.shape[1], readout=self.readout)
+        X, lengths = check_sequences(X, **self._layout())
+        Y, single = check_targets(y, lengths, X.shape[1], readout=self.readout,
+                                  data_format=self.data_format)
         X = np.asarray(X, dtype=np.float64)
         readout = self.readout
         n_samples, _, d = X.shape

@@ -268,11 +268,16 @@ def test_user_tolerance():
     few = certify_identifiability(X[:5], tol=0.0)
     assert not few and few.rank == 5
     assert few.covers(X[:5]).all() and not few.covers(X[5:]).any()
-    # With every direction declared zero, the training inputs are still covered
-    # (to within that tolerance), larger inputs are not.
-    assert strict.covers(X).all()
-    assert not strict.covers(10 * rng.normal(size=(5, 4, 2))).any()
+    # With every direction declared zero nothing is determined: no input is
+    # covered, the training inputs included, at any scale.
+    assert not strict.covers(X).any()
+    assert not strict.covers(1e-60 * X).any()
     assert not strict.covers(strict.witness(random_state=0).input[None])[0]
+    # Coverage does not depend on the scale of the inputs.
+    Z = rng.normal(size=(5, 4, 2))
+    Z[:2] = X[:2]
+    for c in (1e-60, 1e-3, 1e3, 1e60):
+        np.testing.assert_array_equal(few.covers(c * Z), few.covers(Z))
 
 
 @pytest.mark.parametrize(
@@ -550,6 +555,72 @@ def test_error_bound_on_failed_certificate():
             assert _risk(X, Y, c) - r_star <= eps * (1 + 1e-6)
         assert np.all(_diff_at(inside, *pair) <= b_in * (1 + 1e-6))
         assert np.all(_diff_at(outside, *pair) > 1e-3)  # really not determined there
+
+
+def _null_space_pairs(rng, Phi, c_star, eps, n_pairs=8):
+    """Pairs of eps-minimizers that also move far along the exact null space of Phi."""
+    _, s, Vt = np.linalg.svd(Phi, full_matrices=True)
+    null = Vt[np.count_nonzero(s > 1e-9 * s[0]):]
+    G = Phi.T @ Phi / Phi.shape[0]
+    pairs = []
+    for _ in range(n_pairs):
+        pair = []
+        for _ in range(2):
+            D = rng.normal(size=c_star.shape)
+            D -= (D @ null.T) @ null
+            D *= np.sqrt(rng.uniform(0.1, 1.0) * eps / np.einsum("ap,pq,aq->", D, G, D))
+            D += 10 * np.abs(c_star).max() * rng.normal(size=(c_star.shape[0], len(null))) @ null
+            pair.append(c_star + D)
+        pairs.append(pair)
+    return pairs
+
+
+@pytest.mark.parametrize("design", ["subspace_in_units", "orthonormal_memory", "one_hot"])
+def test_error_bound_holds_on_failed_certificates_at_any_scale(design):
+    # Structural rank deficiencies, in mixed units: constructed eps-minimizers
+    # that differ arbitrarily along the null space never exceed the bound at
+    # covered inputs, whatever the inputs' scale.
+    rng = np.random.default_rng(40)
+    if design == "subspace_in_units":
+        basis = np.linalg.qr(rng.normal(size=(3, 2)))[0] * [[30.0], [1 / 30], [1.0]]
+        X = rng.normal(size=(60, 4, 2)) @ basis.T
+        Z = rng.normal(size=(6, 5, 2)) @ basis.T
+    elif design == "orthonormal_memory":
+        X, _ = make_associative_memory(200, 2, distribution="orthonormal", random_state=0)
+        Z, _ = make_associative_memory(6, 2, distribution="orthonormal", random_state=1)
+    else:
+        X = np.eye(4)[rng.integers(0, 4, size=(80, 3))]
+        Z = np.eye(4)[rng.integers(0, 4, size=(6, 3))]
+    lengths = np.full(X.shape[0], X.shape[1])
+    Phi = attention_features(X, lengths)
+    Y = rng.normal(size=(X.shape[0], 1))
+    c_star = np.linalg.lstsq(Phi, Y, rcond=None)[0].T
+    r_star = _risk(X, Y, c_star)
+    eps = 1e-2 * max(r_star, 1e-3)
+    cert = certify_identifiability(X)
+    assert not cert and cert.covers(Z).all()
+    pairs = _null_space_pairs(rng, Phi, c_star, eps)
+    for c in (1e-60, 1.0, 1e60):
+        bound = cert.error_bound(Z * c, eps)
+        assert np.all(np.isfinite(bound)) and cert.covers(Z * c).all()
+        np.testing.assert_allclose(bound, cert.error_bound(Z, eps) * c**3, rtol=1e-8)
+    bound = cert.error_bound(Z, eps)
+    for a, b in pairs:
+        for coef in (a, b):
+            assert _risk(X, Y, coef) - r_star <= eps * (1 + 1e-6)
+        assert np.all(_diff_at(Z, a, b) <= bound * (1 + 1e-6) + 1e-9 * np.abs(Y).max())
+
+
+def test_error_bound_far_from_the_training_scale_is_finite_where_covered():
+    """Reproducer: error_bound(X_new * 1e60) was inf while covers() said True."""
+    rng = np.random.default_rng(41)
+    X = rng.normal(size=(80, 4, 2))
+    cert = certify_identifiability(X)
+    Z = rng.normal(size=(3, 6, 2))
+    base = cert.error_bound(Z, 1e-6)
+    for c in (1e-90, 1e-60, 1e60, 1e90):
+        assert cert.covers(Z * c).all()
+        np.testing.assert_allclose(cert.error_bound(Z * c, 1e-6), base * c**3, rtol=1e-8)
 
 
 def test_error_bound_all_readout_takes_the_worst_position():

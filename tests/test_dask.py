@@ -491,7 +491,7 @@ def test_estimator_fit_on_dask_equals_in_memory(client, readout):
 def test_a_cluster_without_workers_raises_instead_of_hanging():
     """Every worker lost: a TimeoutError after the configured wait, not a hang."""
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     try:
         with distributed.Client(cluster) as lost:
             rng = np.random.default_rng(20)

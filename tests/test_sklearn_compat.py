@@ -16,10 +16,6 @@ _EXPECTED_FAILURES = {
     "check_n_features_in": _TWO_D_IS_SEQUENCES,
     "check_n_features_in_after_fitting": _TWO_D_IS_SEQUENCES,
     "check_transformer_general": _TWO_D_IS_SEQUENCES,
-    "check_dtype_object": (
-        "object arrays are rejected with a TypeError by design: sequences must have a "
-        "numeric dtype"
-    ),
 }
 
 

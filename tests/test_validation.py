@@ -111,9 +111,8 @@ BAD_X = [
      r"and dtype complex128\)"),
     ("list-complex-item", [np.ones((2, D)), np.ones((2, D)) * 1j], ValueError,
      r"X\[1\] must hold real numbers; got complex values"),
-    ("object", X_GOOD[:5].astype(object), TypeError,
-     r"X must hold real numbers \(a numeric dtype\); got an array of shape "
-     r"\(5, 4, 2\) and dtype object"),
+    ("object", np.array([[[1.0, {"a": 1}]]], dtype=object), TypeError,
+     r"X is an object array whose entries are not all numbers \(.*; shape \(1, 1, 2\)\)"),
     ("strings", np.full((2, 3, D), "1.0"), TypeError,
      r"X must hold real numbers \(a numeric dtype\); got an array of shape "
      r"\(2, 3, 2\) and dtype <U3"),
@@ -263,8 +262,8 @@ BAD_Y = [
     ("last", np.array(["a"] * 5), TypeError,
      r"y must hold real numbers \(a numeric dtype\); got an array of shape \(5,\) and "
      r"dtype <U1"),
-    ("last", np.zeros(5, dtype=object), TypeError,
-     r"y must hold real numbers \(a numeric dtype\); got .*dtype object"),
+    ("last", np.array([0.0, {"a": 1}, 0.0, 0.0, 0.0], dtype=object), TypeError,
+     r"y is an object array whose entries are not all numbers"),
     ("last", None, ValueError, r"the target y is None"),
     ("all", np.zeros(5), ValueError,
      r"with readout='all', y must have shape \(n_samples, n_tokens\) or "
@@ -450,6 +449,20 @@ def test_float_dtype_is_preserved(dtype):
     assert out.dtype == dtype
     out_list, _ = check_sequences([x[: 2 + i % 2] for i, x in enumerate(X.astype(dtype))])
     assert out_list.dtype == dtype
+
+
+def test_object_arrays_of_numbers_or_of_sequences_are_read_like_lists():
+    """Numeric object arrays and object arrays of ragged sequences are sequences too."""
+    X = padded_batch()
+    out, lengths = check_sequences(X.astype(object))
+    np.testing.assert_array_equal(out, check_sequences(X)[0])
+    seqs = [np.ones((3, 2)), np.full((1, 2), 2.0)]
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = seqs
+    a, la = check_sequences(ragged)
+    b, lb = check_sequences(seqs)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(la, lb)
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.bool_])

@@ -1,0 +1,148 @@
+"""``data_format``: sequences stored as (n_samples, d, n_tokens), as aeon and sktime do.
+
+Reproducer: aeon's and sktime's "numpy3D" arrays (n_samples, n_channels,
+n_timepoints) fitted silently as d = n_timepoints.  With
+``data_format="channels_first"`` they are read with tokens along axis 2, and
+everything a user gets back (predictions, generated sequences, the witness
+input) is in the same layout.
+"""
+
+import numpy as np
+import pytest
+
+from sklearn_linattn import (
+    AdamLinearAttentionRegressor,
+    LinearAttentionFeatures,
+    LinearAttentionRegressor,
+    certify_identifiability,
+    mhla_forward,
+)
+
+
+def _channels_first(X):
+    return np.swapaxes(X, 1, 2).copy()
+
+
+def _data(rng, n=80, n_tokens=6, d=3, d_out=None, readout="last", padded=True):
+    X = rng.normal(size=(n, n_tokens, d))
+    lengths = rng.integers(2, n_tokens + 1, size=n) if padded else np.full(n, n_tokens)
+    X[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
+    V = rng.normal(size=(2, d_out or 1, d))
+    Q = rng.normal(size=(2, d, d))
+    y = mhla_forward(X, V, Q, readout=readout)
+    if d_out is None:
+        y = y[..., 0]
+    return X, y, lengths
+
+
+def test_the_aeon_layout_is_read_as_channels():
+    """Reproducer: (n_samples, n_channels, n_timepoints) fitted as d = n_timepoints."""
+    rng = np.random.default_rng(0)
+    X, y, _ = _data(rng, n=120, n_tokens=40, d=3, padded=False)
+    aeon = _channels_first(X)  # (120, 3, 40)
+    silent = LinearAttentionRegressor().fit(aeon[:5], y[:5])
+    assert silent.n_features_in_ == 40  # what the default reads: d = 40 coordinates
+    model = LinearAttentionRegressor(data_format="channels_first").fit(aeon, y)
+    reference = LinearAttentionRegressor().fit(X, y)
+    assert model.n_features_in_ == 3 and model.certificate_
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-10, atol=1e-12)
+    X_new, y_new, _ = _data(np.random.default_rng(1), n=5, n_tokens=90, d=3)
+    np.testing.assert_allclose(model.predict(_channels_first(X_new)),
+                               reference.predict(X_new), rtol=1e-10)
+
+
+@pytest.mark.parametrize("d_out", [None, 2])
+def test_readout_all_targets_and_predictions_use_the_layout(d_out):
+    rng = np.random.default_rng(2)
+    X, y, lengths = _data(rng, d_out=d_out, readout="all")
+    model = LinearAttentionRegressor(readout="all").fit(X, y)
+    # Targets with an output axis are (n_samples, d_out, n_tokens) too.
+    y_first = y if d_out is None else _channels_first(y)
+    first = LinearAttentionRegressor(readout="all", data_format="channels_first")
+    first.fit(_channels_first(X), y_first)
+    np.testing.assert_allclose(first.coef_, model.coef_, rtol=1e-10, atol=1e-12)
+    pred = first.predict(_channels_first(X))
+    expected = model.predict(X)
+    expected = expected if d_out is None else _channels_first(expected)
+    np.testing.assert_allclose(pred, expected, rtol=1e-10, atol=1e-12)
+    assert first.score(_channels_first(X), y_first) == pytest.approx(model.score(X, y))
+
+
+def test_lists_and_flattened_rows_in_the_channels_first_layout():
+    rng = np.random.default_rng(3)
+    X, y, lengths = _data(rng)
+    model = LinearAttentionRegressor().fit(X, y)
+    seqs = [X[i, : lengths[i]].T for i in range(len(X))]  # (d, n_i) each
+    first = LinearAttentionRegressor(data_format="channels_first").fit(seqs, y)
+    np.testing.assert_allclose(first.coef_, model.coef_, rtol=1e-10, atol=1e-12)
+    # 2-D rows holding d channels one after the other.
+    Xf = rng.normal(size=(40, 5, 3))
+    rows = _channels_first(Xf).reshape(40, -1)
+    feats = LinearAttentionFeatures(token_dim=3, data_format="channels_first")
+    np.testing.assert_allclose(feats.fit_transform(rows),
+                               LinearAttentionFeatures().fit_transform(Xf))
+
+
+def test_certificate_covers_and_witness_use_the_layout():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(30, 5, 3))
+    X[:, :, 2] = 0.0  # not identifiable: the third coordinate never varies
+    cert = certify_identifiability(_channels_first(X), data_format="channels_first")
+    reference = certify_identifiability(X)
+    assert not cert and cert.rank == reference.rank
+    assert cert.min_eigenvalue == pytest.approx(reference.min_eigenvalue, abs=reference.tol)
+    X_new = rng.normal(size=(2, 7, 3))
+    X_new[0, :, 2] = 0.0
+    np.testing.assert_array_equal(cert.covers(_channels_first(X_new)), [True, False])
+    w = cert.witness(random_state=0)
+    assert w.input.shape[0] == 3  # (d, n_tokens)
+    assert not cert.covers(w.input[None])[0]
+
+
+def test_generate_and_adam_use_the_layout():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 4, 2))
+    y = X[:, -1] * (X[:, :, :1] ** 2).sum(axis=1)  # d_out = d: can generate
+    model = LinearAttentionRegressor(data_format="channels_first").fit(_channels_first(X), y)
+    out = model.generate(_channels_first(X[:3]), 2)
+    reference = LinearAttentionRegressor().fit(X, y).generate(X[:3], 2)
+    assert out.shape == (3, 2, 6)
+    np.testing.assert_allclose(out, _channels_first(reference), rtol=1e-9)
+    adam = AdamLinearAttentionRegressor(n_heads=2, max_epochs=2, random_state=0,
+                                        data_format="channels_first")
+    adam.fit(_channels_first(X), y)
+    assert adam.n_features_in_ == 2 and adam.predict(_channels_first(X)).shape == (60, 2)
+
+
+@pytest.mark.parametrize("bad", ["channels_middle", None, 1])
+def test_data_format_must_be_one_of_the_two(bad):
+    X = np.ones((3, 2, 2))
+    with pytest.raises(ValueError, match=r"data_format must be one of \('channels_last', "
+                                         r"'channels_first'\)"):
+        LinearAttentionRegressor(data_format=bad).fit(X, np.ones(3))
+    with pytest.raises(ValueError, match=r"data_format must be one of"):
+        certify_identifiability(X, data_format=bad)
+    with pytest.raises(ValueError, match=r"data_format must be one of"):
+        LinearAttentionFeatures(data_format=bad).fit(X)
+
+
+def test_dask_input_uses_the_layout():
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(6)
+    X, y, _ = _data(rng, n=90)
+    model = LinearAttentionRegressor(data_format="channels_first").fit(
+        da.from_array(_channels_first(X), chunks=30), da.from_array(y, chunks=30))
+    reference = LinearAttentionRegressor().fit(X, y)
+    np.testing.assert_allclose(model.coef_, reference.coef_, rtol=1e-9, atol=1e-12)
+
+
+def test_sequence_scorer_reads_the_channels_first_layout():
+    from sklearn_linattn.metrics import sequence_scorer
+
+    rng = np.random.default_rng(7)
+    X, y, _ = _data(rng, d_out=2, readout="all")
+    model = LinearAttentionRegressor(readout="all", data_format="channels_first")
+    model.fit(_channels_first(X), _channels_first(y))
+    score = sequence_scorer("r2")(model, _channels_first(X), _channels_first(y))
+    assert score == pytest.approx(model.score(_channels_first(X), _channels_first(y)))
+    assert score == pytest.approx(1.0)
