@@ -1,10 +1,27 @@
-"""Command line: ``python -m sklearn_linattn {demo,fit,predict,certify}``.
+"""Command line: ``sklearn-linattn`` or ``python -m sklearn_linattn`` {demo,fit,predict,certify}.
 
-Exit codes: 0 success, 1 a file or its arrays could not be used, 2 bad
-command-line usage (argparse's convention).
+Results go to standard output (``--json``: one JSON document, nothing else);
+progress, warnings and errors go to standard error, every error as one line
+``error: ...``.
+
+Exit status:
+
+- 0: success (with ``certify --check``: the data identifies the function).
+- 1: an input or output could not be used: a missing, corrupt or
+  inconsistent file, invalid arrays, an output location that cannot be
+  written, or not enough memory.  The message names the file or argument.
+- 2: command-line usage: an unknown option, a missing argument, an option
+  value out of range (including a ``demo`` too large for the memory).
+- 3: ``certify --check`` only: the data does not identify the function.
+- 4: internal error (an unexpected exception: a bug, please report it).
+- 130: interrupted (Ctrl-C).
+
+A reader that closes the output early (``... | head``) ends the command
+quietly with status 0.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -13,68 +30,156 @@ import warnings
 
 import numpy as np
 
-
 from ._solvers import SOLVERS
+
+EXIT_OK = 0
+EXIT_INPUT = 1
+EXIT_USAGE = 2
+EXIT_NOT_IDENTIFIABLE = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+_EPILOG = f"""\
+exit status:
+  {EXIT_OK}    success (certify --check: the data identifies the function)
+  {EXIT_INPUT}    a file, its arrays or an output location could not be used, or not
+       enough memory
+  {EXIT_USAGE}    command-line usage error, or an option value out of range
+  {EXIT_NOT_IDENTIFIABLE}    certify --check: the data does not identify the function
+  {EXIT_INTERNAL}    internal error (a bug; please report it)
+  {EXIT_INTERRUPTED}  interrupted
+Progress and errors go to standard error; --json output on standard output
+stays machine-readable.
+"""
 
 
 class _UserError(Exception):
-    """A problem with the user's files or arrays: message, exit code 1."""
+    """A problem with the user's files, arrays or output location: exit status 1."""
+
+
+class _UsageError(Exception):
+    """An option value that cannot work: exit status 2."""
 
 
 def _load_data(path, need_y):
+    from ._io import _load_arrays
+
     if not os.path.exists(path):
         raise _UserError(f"no such file: {path}")
     try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as exc:  # numpy raises several types for non-npz files
-        raise _UserError(f"{path} is not a readable .npz file ({exc})") from None
-    with data:
-        if not hasattr(data, "files"):
-            raise _UserError(f"{path} holds a single array; expected an .npz with X and y")
-        if "X" not in data.files:
-            raise _UserError(f"{path} has no array named 'X' (it has {data.files})")
-        if need_y and "y" not in data.files:
-            raise _UserError(f"{path} has no array named 'y' (it has {data.files})")
-        try:
-            X = data["X"]
-            y = data["y"] if "y" in data.files else None
-        except ValueError as exc:  # object arrays need pickle, which we refuse
-            raise _UserError(f"{path}: {exc}") from None
-    return X, y
+        arrays = _load_arrays(path, ["X", "y"] if need_y else ["X"])
+    except ValueError as exc:
+        raise _UserError(str(exc)) from None
+    return arrays["X"], arrays.get("y")
+
+
+def _output_path(path, suffix, what):
+    """The file an output will be written to, checked before any work is done."""
+    path = os.fspath(path)
+    if not path.endswith(suffix):
+        path += suffix  # numpy appends it too; say the name that will exist
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise _UserError(f"cannot write the {what} to {path}: directory {parent} does not exist")
+    if os.path.isdir(path):
+        raise _UserError(f"cannot write the {what} to {path}: it is a directory")
+    if not os.access(parent, os.W_OK) or (
+        os.path.exists(path) and not os.access(path, os.W_OK)
+    ):
+        raise _UserError(f"cannot write the {what} to {path}: permission denied")
+    return path
+
+
+def _json_safe(value):
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 def _emit(args, payload, lines):
     if args.json:
-        print(json.dumps(payload, indent=2))
+        print(json.dumps(_json_safe(payload), indent=2, allow_nan=False))
     else:
         print("\n".join(lines))
+
+
+def _describe(X, token_dim, data_format="channels_last"):
+    """'N sequences (d = .., psi = .. features)' from the raw array, before validation."""
+    from ._features import n_attention_features
+
+    X = np.asarray(X)
+    if X.ndim == 3:
+        d, tokens = X.shape[2], X.shape[1]
+        if data_format == "channels_first":
+            d, tokens = tokens, d
+    elif X.ndim == 2:
+        d = token_dim or 1
+        tokens = X.shape[1] // d
+    else:
+        return f"X of shape {X.shape}"
+    return (f"{X.shape[0]} sequences of up to {tokens} tokens (d = {d}, "
+            f"psi = {n_attention_features(d)} features)")
+
+
+@contextlib.contextmanager
+def _stage(args, message):
+    """A line on stderr before a stage that may take a while, its time after."""
+    quiet = getattr(args, "quiet", False)
+    if not quiet:
+        print(f"{message}...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    yield
+    if not quiet:
+        print(f"  done in {time.perf_counter() - start:.3f} s", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    # The estimator's verbose progress is printed; stdout must stay for results.
+    stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = stdout
 
 
 def _fit(args):
     from . import LinearAttentionRegressor, save_model
 
-    X, y = _load_data(args.data, need_y=True)
+    output = _output_path(args.output, ".npz", "model")
     model = LinearAttentionRegressor(
         readout=args.readout,
         alpha=args.alpha,
         n_heads=args.n_heads,
         solver=args.solver,
         token_dim=args.token_dim,
+        data_format=args.data_format,
         random_state=args.random_state,
-        verbose=0 if args.json or args.quiet else 1,
+        verbose=0 if args.quiet else 1,
     )
+    try:
+        model._check_params()  # before reading (maybe large) data
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(str(exc)) from None
+    X, y = _load_data(args.data, need_y=True)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # Progress goes to stderr so that stdout stays machine-readable.
-        stdout, sys.stdout = sys.stdout, sys.stderr
-        try:
+        with _stage(args, f"fitting {_describe(X, args.token_dim, args.data_format)}"), \
+                _stdout_to_stderr():
             model.fit(X, y)
-        finally:
-            sys.stdout = stdout
     elapsed = time.perf_counter() - start
-    save_model(model, args.output)
-    output = args.output if args.output.endswith(".npz") else args.output + ".npz"
+    with _stage(args, "scoring the fit on its training data"):
+        train_r2 = model.score(X, y)
+    # A loaded model should not print progress in the user's later code.
+    model.set_params(verbose=0)
+    save_model(model, output)
+    cert = model.certificate_
     payload = {
         "model": output,
         "n_samples": int(np.shape(X)[0]),
@@ -83,11 +188,20 @@ def _fit(args):
         "n_heads": model.n_heads_,
         "feature_rank": model.feature_rank_,
         "n_features": int(model.coef_.shape[1]),
-        "train_r2": model.score(X, y),
+        "identifiable": bool(cert),
+        "min_eigenvalue": float(cert.min_eigenvalue),
+        "train_r2": train_r2,
         "compression_residual": model.compression_residual_,
         "seconds": elapsed,
         "warnings": [str(w.message) for w in caught],
     }
+    if cert:
+        verdict = ("identifiable: every least-squares fit of these data computes this "
+                   "function on every input")
+    else:
+        verdict = (f"NOT identifiable: rank {cert.rank} of {cert.n_features}; other fits of "
+                   "these data compute different functions elsewhere (see the certify "
+                   "command)")
     _emit(
         args,
         payload,
@@ -96,39 +210,46 @@ def _fit(args):
             f"d_out = {payload['d_out']}) in {elapsed:.3f} s",
             f"heads: {model.n_heads_}; feature rank {model.feature_rank_} of "
             f"{payload['n_features']}; training R^2 = {payload['train_r2']:.6g}",
+            f"certificate: {verdict}",
             *[f"warning: {w}" for w in payload["warnings"]],
             f"model written to {output}",
         ],
     )
-    return 0
+    return EXIT_OK
 
 
 def _predict(args):
     from . import load_model
 
+    where = _output_path(args.output, ".npy", "predictions") if args.output else None
     try:
         model = load_model(args.model)
-    except (FileNotFoundError, ValueError) as exc:
+    except ValueError as exc:
         raise _UserError(str(exc)) from None
     X, _ = _load_data(args.data, need_y=False)
-    pred = model.predict(X)
-    if args.output:
-        np.save(args.output, pred)
-        where = args.output if args.output.endswith(".npy") else args.output + ".npy"
+    with _stage(args, f"predicting {_describe(X, model.token_dim, model.data_format)}"):
+        pred = model.predict(X)
+    if where:
+        np.save(where, pred)
     if args.json:
-        print(json.dumps({"predictions": pred.tolist(), **({"output": where} if args.output else {})}))
-    elif args.output:
+        # readout="all" predictions are NaN at padded positions: null in JSON.
+        values = np.where(np.isfinite(pred), pred, None).tolist()
+        payload = {"predictions": values, **({"output": where} if where else {})}
+        print(json.dumps(payload, allow_nan=False))
+    elif where:
         print(f"{pred.shape} predictions written to {where}")
     else:
         np.savetxt(sys.stdout, pred.reshape(pred.shape[0], -1), fmt="%.17g")
-    return 0
+    return EXIT_OK
 
 
 def _certify(args):
     from . import certify_identifiability
 
     X, _ = _load_data(args.data, need_y=False)
-    cert = certify_identifiability(X, readout=args.readout, token_dim=args.token_dim, tol=args.tol)
+    with _stage(args, f"certifying {_describe(X, args.token_dim, args.data_format)}"):
+        cert = certify_identifiability(X, readout=args.readout, token_dim=args.token_dim,
+                                       data_format=args.data_format, tol=args.tol)
     payload = {
         "identifiable": bool(cert),
         "min_eigenvalue": float(cert.min_eigenvalue),
@@ -138,7 +259,57 @@ def _certify(args):
         "tol": float(cert.tol),
     }
     _emit(args, payload, [cert.summary()])
-    return 1 if args.check and not cert else 0
+    return EXIT_NOT_IDENTIFIABLE if args.check and not cert else EXIT_OK
+
+
+# Test sequences of the demo (out of distribution: 4x longer, 3x larger).
+_DEMO_TEST_SEQUENCES = 500
+
+
+def _demo_bytes(d, n_heads, n_samples, max_len):
+    """Peak memory of ``demo``, estimated from its sizes before anything is drawn.
+
+    Both sequence sets (and the validated copy of each), plus the larger of
+    the fit's arrays (as ``solver="auto"`` would choose them) and the head
+    compression's design matrices (``n_heads d**2`` columns of ``psi`` rows,
+    formed from a ``n_heads d**5`` tensor).
+    """
+    from ._features import n_attention_features
+    from ._solvers import choose_solver
+
+    psi = n_attention_features(d)
+    n = n_samples or 4 * psi
+    sequences = 2 * 8 * d * (n * max_len + _DEMO_TEST_SEQUENCES * 4 * max_len)
+    solver = choose_solver("auto", n, psi)
+    if solver == "dual":
+        fit = 8 * (2 * n * n + n * psi)
+    elif solver == "cg":
+        fit = 8 * n * (d * (d + 1) // 2 + d + 1)
+    else:
+        fit = int(3.25 * 8 * psi * psi)
+    compression = 8 * n_heads * (d**5 + 2 * d * d * psi) + 8 * (n_heads * d * d) ** 2
+    return sequences + max(fit, compression)
+
+
+def _check_demo_size(args):
+    from ._features import n_attention_features
+    from ._solvers import default_memory_budget
+
+    budget = default_memory_budget()
+    need = _demo_bytes(args.d, args.heads, args.n_samples, args.max_len)
+    if need <= budget:
+        return
+    fits = [d for d in range(1, args.d)
+            if _demo_bytes(d, args.heads, args.n_samples, args.max_len) <= budget]
+    psi = n_attention_features(args.d)
+    n = args.n_samples or 4 * psi
+    advice = (f"the largest --d that fits with these options is {fits[-1]}" if fits
+              else "no --d fits with these options; lower --max-len or --n-samples")
+    raise _UsageError(
+        f"demo --d {args.d} needs about {need / 2**30:.3g} GiB (psi = {psi} features, "
+        f"{n} training sequences of up to {args.max_len} tokens), more than the memory "
+        f"budget of {budget / 2**30:.3g} GiB (half the physical memory); {advice}."
+    )
 
 
 def _demo(args):
@@ -147,6 +318,9 @@ def _demo(args):
     from . import LinearAttentionRegressor, mhla_forward
     from ._features import n_attention_features
 
+    if args.min_len > args.max_len:
+        raise _UsageError(f"--min-len ({args.min_len}) exceeds --max-len ({args.max_len})")
+    _check_demo_size(args)
     rng = np.random.default_rng(args.seed)
     d, n_heads = args.d, args.heads
     psi = n_attention_features(d)
@@ -161,27 +335,29 @@ def _demo(args):
         y = mhla_forward(np.nan_to_num(X), V, Q, lengths)[:, 0]
         return X, y
 
-    if args.min_len > args.max_len:
-        print(f"error: --min-len ({args.min_len}) exceeds --max-len ({args.max_len})",
-              file=sys.stderr)
-        return 2
-    X, y = sequences(n_samples, args.min_len, args.max_len, 1.0)
-    # Out of distribution: 4x longer sequences with 3x larger tokens.
-    X_ood, y_ood = sequences(500, 2 * args.max_len, 4 * args.max_len, 3.0)
+    n_test, long = _DEMO_TEST_SEQUENCES, 4 * args.max_len
+    with _stage(args, f"drawing {n_samples} training and {n_test} test sequences "
+                f"(d = {d}, up to {long} tokens)"):
+        X, y = sequences(n_samples, args.min_len, args.max_len, 1.0)
+        X_ood, y_ood = sequences(n_test, 2 * args.max_len, long, 3.0)
 
     print(f"generator: {n_heads} head(s), d = {d}, psi = {psi} cubic features")
     print(
         f"training:  {n_samples} sequences of {args.min_len}..{args.max_len} tokens "
         "(NaN-padded); "
-        f"test: 500 sequences of {2 * args.max_len}..{4 * args.max_len} tokens, 3x larger"
+        f"test: {n_test} sequences of {2 * args.max_len}..{long} tokens, 3x larger",
+        flush=True,
     )
     start = time.perf_counter()
-    full = LinearAttentionRegressor().fit(X, y)
+    with _stage(args, f"fitting the closed form ({n_samples} sequences, psi = {psi} "
+                "features)"):
+        full = LinearAttentionRegressor().fit(X, y)
     t_fit = time.perf_counter() - start
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        small = LinearAttentionRegressor(n_heads=n_heads, random_state=args.seed).fit(X, y)
+        with _stage(args, f"fitting again and compressing to {n_heads} head(s)"):
+            small = LinearAttentionRegressor(n_heads=n_heads, random_state=args.seed).fit(X, y)
     t_small = time.perf_counter() - start
 
     def ood_error(model):
@@ -199,16 +375,30 @@ def _demo(args):
         print(f"warning: {w.message}")
     print(f"out-of-distribution relative error: {ood_error(full):.2e} (SVD heads), "
           f"{ood_error(small):.2e} ({small.n_heads_} head{'s' if small.n_heads_ > 1 else ''})")
-    return 0
+    return EXIT_OK
 
 
-def build_parser():
+def build_parser(prog="sklearn-linattn"):
+    """The argument parser; ``prog`` is the program name shown in usage lines."""
+    from . import __version__
+
     parser = argparse.ArgumentParser(
-        prog="python -m sklearn_linattn",
+        prog=prog,
         description="Learn multi-head linear attention in closed form.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser(
+
+    def quiet_option(p):
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    def subcommand(name, **kwargs):
+        return sub.add_parser(name, epilog=_EPILOG,
+                              formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+    demo = subcommand(
         "demo",
         help="fit a random multi-head generator and report out-of-distribution error",
         description=(
@@ -225,6 +415,7 @@ def build_parser():
     demo.add_argument("--min-len", type=int, default=4, help="shortest training sequence")
     demo.add_argument("--max-len", type=int, default=16, help="longest training sequence")
     demo.add_argument("--seed", type=int, default=0, help="random seed")
+    quiet_option(demo)
     demo.set_defaults(func=_demo)
 
     def model_options(p):
@@ -232,13 +423,19 @@ def build_parser():
                        help="targets at the last token (default) or at every position")
         p.add_argument("--token-dim", type=int, default=None,
                        help="token dimension for 2-D X (rows are flattened sequences)")
+        p.add_argument("--data-format", choices=["channels_last", "channels_first"],
+                       default="channels_last",
+                       help="layout of X: (n_samples, n_tokens, d), the default, or "
+                            "(n_samples, d, n_tokens) as aeon and sktime store series")
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
+        quiet_option(p)
 
-    fit = sub.add_parser(
+    fit = subcommand(
         "fit",
         help="fit a model to arrays X and y in an .npz file",
         description="Fit LinearAttentionRegressor to DATA.npz (arrays X and y) and write "
-        "the model as plain arrays to an .npz file (no pickle).",
+        "the model as plain arrays to an .npz file (no pickle).  Prints whether the data "
+        "identifies the function (the identifiability certificate).",
     )
     fit.add_argument("data", help="an .npz file with arrays X and y")
     fit.add_argument("-o", "--output", default="model.npz", help="model file (default model.npz)")
@@ -246,23 +443,25 @@ def build_parser():
     fit.add_argument("--n-heads", type=int, default=None, help="compress to this many heads")
     fit.add_argument("--solver", choices=list(SOLVERS), default="auto")
     fit.add_argument("--random-state", type=int, default=None)
-    fit.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     model_options(fit)
     fit.set_defaults(func=_fit)
 
-    predict = sub.add_parser(
+    predict = subcommand(
         "predict",
         help="predict with a model file on arrays X in an .npz file",
-        description="Load MODEL.npz (written by fit) and predict on the array X of DATA.npz.",
+        description="Load MODEL.npz (written by fit) and predict on the array X of DATA.npz. "
+        "With --json, non-finite predictions (NaN at the padded positions of readout='all') "
+        "are written as null.",
     )
     predict.add_argument("model", help="a model file written by fit")
     predict.add_argument("data", help="an .npz file with an array X")
     predict.add_argument("-o", "--output", default=None,
                          help="write predictions to this .npy file instead of stdout")
     predict.add_argument("--json", action="store_true", help="print JSON instead of text")
+    quiet_option(predict)
     predict.set_defaults(func=_predict)
 
-    certify = sub.add_parser(
+    certify = subcommand(
         "certify",
         help="certify whether the sequences X in an .npz file identify the function",
         description="Check whether every least-squares minimiser on DATA.npz computes the "
@@ -272,36 +471,79 @@ def build_parser():
     certify.add_argument("--tol", type=float, default=None,
                          help="eigenvalue threshold (default: the package's rule)")
     certify.add_argument("--check", action="store_true",
-                         help="exit with status 1 when the data is not identifiable")
+                         help=f"exit with status {EXIT_NOT_IDENTIFIABLE} when the data is "
+                         "not identifiable")
     model_options(certify)
     certify.set_defaults(func=_certify)
     return parser
 
 
-def main(argv=None):
-    """Entry point of ``python -m sklearn_linattn``."""
-    args = build_parser().parse_args(argv)
-    for name in ("d", "heads", "min_len", "max_len", "n_samples", "n_heads", "token_dim"):
-        value = getattr(args, name, None)
-        if value is not None and value < 1:
-            print(f"error: --{name.replace('_', '-')} must be at least 1; got {value}",
-                  file=sys.stderr)
-            return 2
+def _one_line(exc):
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {_one_line(message)}", file=sys.stderr)
+
+
+def main(argv=None, *, prog="sklearn-linattn"):
+    """Run the command line; returns the exit status.
+
+    Parameters
+    ----------
+    argv : list of str or None, default=None
+        Arguments after the program name; None reads ``sys.argv[1:]``.
+    prog : str, default="sklearn-linattn"
+        Program name for usage lines (``python -m sklearn_linattn`` passes its own).
+
+    Returns
+    -------
+    status : int
+        See the module docstring; usage errors, ``--help`` and ``--version``
+        raise ``SystemExit`` as argparse does.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.__main__ import main
+    >>> main(["demo", "--d", "0"])
+    2
+    """
+    args = build_parser(prog).parse_args(argv)
     try:
-        return args.func(args)
-    except _UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, TypeError) as exc:
-        # Validation errors name the argument and what was wrong with it.
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        for name in ("d", "heads", "min_len", "max_len", "n_samples", "n_heads", "token_dim"):
+            value = getattr(args, name, None)
+            if value is not None and value < 1:
+                raise _UsageError(f"--{name.replace('_', '-')} must be at least 1; got {value}")
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return args.func(args)
+    except _UsageError as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
     except BrokenPipeError:
-        # The reader (e.g. `head`) went away: stop quietly, as shell tools do.
+        # The reader (e.g. `head`) went away: stop quietly, as shell tools do,
+        # and keep Python from failing again when it flushes stdout at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return EXIT_OK
+    except (_UserError, ValueError, TypeError, OSError) as exc:
+        # Validation errors name the file or argument and what was wrong.
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_INPUT
+    except MemoryError as exc:
+        detail = f" ({_one_line(exc)})" if str(exc) else ""
+        print(f"error: not enough memory for {args.command}{detail}; try smaller inputs",
+              file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, documented status
+        print(f"error: internal error ({type(exc).__name__}: {_one_line(exc)}); please "
+              "report this bug to the sklearn-linattn developers", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="python -m sklearn_linattn"))

@@ -1,27 +1,319 @@
-"""Model files that are safe to load: plain arrays in ``.npz``, never pickles."""
+"""Model files that are safe to load: plain arrays in ``.npz``, never pickles.
 
+Files are not trusted.  An ``.npz`` is a zip archive of ``.npy`` members; it
+is read here member by member with :mod:`zipfile` and the header functions of
+:mod:`numpy.lib.format`, so that every member's dtype and shape are known,
+and checked, before any of its data is read or any memory is allocated for
+it.  ``numpy.load`` cannot give that guarantee: it allocates whatever a
+header declares (a 780 KB deflate bomb asks for 800 MB) and silently keeps
+the last of two members with the same name.
+"""
+
+import collections
 import json
+import math
+import numbers
 import os
+import zipfile
+import zlib
 
 import numpy as np
+from numpy.lib import format as npy_format
 from sklearn.utils.validation import check_is_fitted
 
+from ._features import n_attention_features
+from ._mhla import attention_coefficients
+from ._solvers import SOLVERS, default_memory_budget
+from ._standardize import TokenStandardizer
 from .estimators import LinearAttentionRegressor
 
 __all__ = ["load_model", "save_model"]
 
 _FORMAT = "sklearn-linattn-model"
-_FORMAT_VERSION = 1
-_ARRAYS = ("coef_", "value_matrices_", "key_query_matrices_")
-_SCALARS = ("n_heads_", "n_features_in_", "n_outputs_", "feature_rank_")
+# Version 2 added solver_ and n_iter_, the standardized coordinates and the
+# model in them, and stores _single_output under its attribute name;
+# version 1 files came from development snapshots only.
+_FORMAT_VERSION = 2
+
+# The fitted attributes a model file holds.  A scalar is given by its kind;
+# an array (always real floating point) by its shape in terms of
+# d = n_features_in_, d_out = n_outputs_ and h = n_heads_, which the file
+# must match exactly before the array is read.  This is the one list to
+# extend when the estimator gains a fitted attribute.
+_ATTRIBUTES = {
+    "n_features_in_": "int",
+    "n_outputs_": "int",
+    "n_heads_": "int",
+    "feature_rank_": "int",
+    "solver_": "str",
+    "n_iter_": "int",
+    "compression_residual_": "float or None",
+    "_single_output": "bool",
+    "coef_": lambda d, d_out, h: (d_out, n_attention_features(d)),
+    "value_matrices_": lambda d, d_out, h: (h, d_out, d),
+    "key_query_matrices_": lambda d, d_out, h: (h, d, d),
+}
+# The standardized coordinates the model was fitted in (``standardization_``)
+# and the model in them, which ``predict`` evaluates; stored as plain arrays
+# (the exponents as exact float64 integers) and checked against the
+# attributes above when loaded.
+_STANDARDIZED = {
+    "standardization_exponents": lambda d, d_out, h: (d,),
+    "standardization_whitening": lambda d, d_out, h: (d, d),
+    "standardization_y_exponents": lambda d, d_out, h: (d_out,),
+    "standardized_coef": lambda d, d_out, h: (d_out, n_attention_features(d)),
+    "standardized_value_matrices": lambda d, d_out, h: (h, d_out, d),
+    "standardized_key_query_matrices": lambda d, d_out, h: (h, d, d),
+}
+_STANDARDIZED_SCALARS = {"standardization_whitened": "bool",
+                         "standardization_weight_exponent": "int"}
+# Exponents of the power-of-two scales that float64 can hold at all.
+_MAX_EXPONENT = 1100
+# Entries of the file itself, not attributes of the model.  heads_residual
+# is what save_model measured between the heads' coefficients and coef_, in
+# the data's own units: load_model measures it again (see
+# _check_heads_reproduce_coef).
+_FILE_ENTRIES = ("format", "format_version", "params", "heads_residual")
+# Text members (the format tag, the solver name, the JSON parameters) are
+# tiny; anything longer is not a file save_model wrote.
+_MAX_TEXT_CHARS = 2**16
+# The data of a large member is copied in pieces of this size, so reading
+# never needs a second full-size buffer.
+_READ_CHUNK = 2**24
+# Zip damage surfaces as any of these, from the directory or a member stream.
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+               ValueError, OSError)
+
+
+def _gib(n_bytes):
+    return f"{n_bytes / 2**30:.3g} GiB"
+
+
+class _NpzReader:
+    """An ``.npz`` archive opened for checked, member-by-member reading.
+
+    ``entries`` maps each key (member name without ``.npy``) to its
+    :class:`zipfile.ZipInfo`; :meth:`header` reads and checks a member's
+    ``.npy`` header only; :meth:`read` reads its data once the caller has
+    checked the header.
+    """
+
+    def __init__(self, path, what):
+        self.path = os.fsdecode(os.fspath(path))
+        self.what = what
+        self._zip = None
+        if os.path.isdir(self.path):
+            raise ValueError(f"{self.path} is a directory, not {what}.")
+        self._file = open(self.path, "rb")  # FileNotFoundError/PermissionError as they are
+        try:
+            magic = self._file.read(6)
+            if magic == b"\x93NUMPY":
+                raise ValueError(
+                    f"{self.path} is a single .npy array, not {what} (an .npz archive, "
+                    "as written by numpy.savez)."
+                )
+            self._file.seek(0)
+            try:
+                self._zip = zipfile.ZipFile(self._file)
+                infos = self._zip.infolist()
+            except _ZIP_ERRORS as exc:
+                raise ValueError(
+                    f"{self.path} is not a readable .npz file: not a zip archive ({exc})."
+                ) from None
+            keys = [info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+                    for info in infos]
+            # numpy.load would keep only the last of two equal names; which
+            # one a reader sees must not depend on that.
+            repeated = sorted(k for k, n in collections.Counter(keys).items() if n > 1)
+            if repeated:
+                raise ValueError(
+                    f"{self.path} is a corrupt .npz file: the entries {repeated} appear "
+                    "more than once in its zip directory."
+                )
+            self.entries = dict(zip(keys, infos))
+            self._headers = {}
+        except BaseException:
+            self._file.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        if self._zip is not None:
+            self._zip.close()
+        self._file.close()
+
+    def _error(self, key, message):
+        return ValueError(f"{self.path}: entry {key!r} {message}")
+
+    def header(self, key):
+        """``(shape, dtype, fortran_order, data_offset)`` of member ``key``, from its header.
+
+        Only the header is decompressed.  The declared size must equal the
+        member's uncompressed size in the zip directory, and the dtype must
+        hold plain values (no objects, no structured records).
+        """
+        if key in self._headers:
+            return self._headers[key]
+        info = self.entries[key]
+        if not info.filename.endswith(".npy"):
+            raise self._error(key, "is not a .npy array.")
+        try:
+            with self._zip.open(info) as stream:
+                version = npy_format.read_magic(stream)
+                if version == (1, 0):
+                    shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
+                elif version == (2, 0):
+                    shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
+                else:
+                    raise ValueError(f"unsupported .npy format version {version}")
+                offset = stream.tell()
+        except _ZIP_ERRORS as exc:
+            raise self._error(key, f"has a corrupt .npy header ({exc}).") from None
+        if (dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None
+                or dtype.itemsize == 0):
+            raise self._error(
+                key, f"holds an array of dtype {dtype}; model and data files hold plain "
+                "numbers and text only (object arrays would need pickle, which is never "
+                "loaded)."
+            )
+        n_bytes = math.prod(shape) * dtype.itemsize
+        if offset + n_bytes != info.file_size:
+            raise self._error(
+                key, f"declares an array of shape {shape} and dtype {dtype} "
+                f"({n_bytes} bytes of data after a {offset}-byte header), but the member "
+                f"holds {info.file_size} bytes: the file is corrupt."
+            )
+        self._headers[key] = (shape, dtype, fortran, offset)
+        return self._headers[key]
+
+    def read(self, key):
+        """The array of member ``key``; call after checking :meth:`header`."""
+        shape, dtype, fortran, offset = self.header(key)
+        count = math.prod(shape)
+        out = np.empty(count, dtype=dtype)
+        view = memoryview(out.view(np.uint8).reshape(-1))
+        try:
+            with self._zip.open(self.entries[key]) as stream:
+                stream.read(offset)
+                pos = 0
+                while pos < len(view):
+                    chunk = stream.read(min(_READ_CHUNK, len(view) - pos))
+                    if not chunk:
+                        raise EOFError("the data ends early")
+                    view[pos:pos + len(chunk)] = chunk
+                    pos += len(chunk)
+                # Reading to the end makes zipfile verify the CRC.
+                if stream.read(1):
+                    raise ValueError("data continues past the declared array")
+        except _ZIP_ERRORS as exc:
+            raise self._error(key, f"has corrupt data ({exc}).") from None
+        if fortran:
+            return out.reshape(shape[::-1]).transpose()
+        return out.reshape(shape)
+
+    def scalar(self, key, kind):
+        """A 0-d member of ``kind`` "int", "bool", "float" or "str", as a Python value."""
+        shape, dtype, _, _ = self.header(key)
+        kinds = {"int": "iu", "bool": "b", "float": "f", "str": "U"}[kind]
+        names = {"int": "an integer", "bool": "a boolean", "float": "a floating-point number",
+                 "str": "a text string"}
+        if shape != () or dtype.kind not in kinds:
+            raise self._error(
+                key, f"must be {names[kind]} scalar; found an array of shape {shape} and "
+                f"dtype {dtype}."
+            )
+        if kind == "str" and dtype.itemsize > 4 * _MAX_TEXT_CHARS:
+            raise self._error(
+                key, f"must be a text of at most {_MAX_TEXT_CHARS} characters; found "
+                f"dtype {dtype}."
+            )
+        value = self.read(key)[()]
+        return {"int": int, "bool": bool, "float": float, "str": str}[kind](value)
+
+
+def _load_arrays(path, required, optional=(), *, memory_budget=None):
+    """Read the named arrays of a data ``.npz`` with the same checks as model files.
+
+    Every requested array's dtype and declared size are checked from its
+    header first: object arrays are refused and the total must fit in
+    ``memory_budget`` bytes (default: :func:`default_memory_budget`).
+
+    Parameters
+    ----------
+    path : str or path-like
+    required : sequence of str
+        Keys that must be present.
+    optional : sequence of str, default=()
+        Keys read when present.
+    memory_budget : int or None, default=None
+
+    Returns
+    -------
+    arrays : dict
+        Key to ndarray, for every required key and each optional key present.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile
+    >>> from sklearn_linattn._io import _load_arrays
+    >>> path = os.path.join(tempfile.mkdtemp(), "data.npz")
+    >>> np.savez(path, X=np.zeros((4, 3, 2)))
+    >>> sorted(_load_arrays(path, ["X"], ["y"]))
+    ['X']
+    """
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    path = os.fspath(path)
+    with _NpzReader(path, "a data file") as reader:
+        missing = [k for k in required if k not in reader.entries]
+        if missing:
+            raise ValueError(
+                f"{path} has no array named {missing[0]!r} (it has {sorted(reader.entries)})."
+            )
+        keys = list(required) + [k for k in optional if k in reader.entries]
+        sizes = {}
+        for key in keys:
+            shape, dtype, _, _ = reader.header(key)
+            sizes[key] = math.prod(shape) * dtype.itemsize
+        if sum(sizes.values()) > budget:
+            listing = ", ".join(
+                f"{k} {reader.header(k)[0]} {reader.header(k)[1]} ({_gib(n)})"
+                for k, n in sizes.items()
+            )
+            raise ValueError(
+                f"{path}: the arrays {listing} need {_gib(sum(sizes.values()))}, more than "
+                f"the memory budget of {_gib(budget)} (half the physical memory)."
+            )
+        return {key: reader.read(key) for key in keys}
+
+
+def _json_value(name, value):
+    """A parameter as plain JSON data (numpy scalars become Python numbers)."""
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise TypeError(
+        f"save_model stores parameters as plain data; parameter {name}={value!r} of type "
+        f"{type(value).__name__} is not a number, string or None."
+    )
 
 
 def save_model(model, path):
     """Write a fitted :class:`LinearAttentionRegressor` to an ``.npz`` file.
 
-    The file holds only numeric arrays and a JSON string of the parameters,
-    so :func:`load_model` never unpickles anything.  The identifiability
-    certificate is not stored (recompute it from the data).
+    The file holds only numeric arrays and text (the parameters as JSON), so
+    :func:`load_model` never unpickles anything.  The identifiability
+    certificate and the sufficient statistics are not stored: recompute the
+    certificate from the data, and refit to continue with ``partial_fit``.
 
     Parameters
     ----------
@@ -29,6 +321,14 @@ def save_model(model, path):
         A fitted model.
     path : str or path-like
         Destination; ``.npz`` is appended by numpy when missing.
+
+    Raises
+    ------
+    TypeError
+        When ``model`` is not a fitted LinearAttentionRegressor, or a
+        parameter is not plain data.  A ``RandomState`` instance as
+        ``random_state`` is stored as None: it only seeded the head
+        compression, which is done.
 
     Examples
     --------
@@ -47,24 +347,268 @@ def save_model(model, path):
         )
     check_is_fitted(model)
     params = model.get_params()
-    if params["random_state"] is not None and not isinstance(params["random_state"], int):
-        params["random_state"] = None  # a RandomState instance is not plain data
-    arrays = {name: getattr(model, name) for name in _ARRAYS}
-    arrays.update({name: np.int64(getattr(model, name)) for name in _SCALARS})
-    residual = model.compression_residual_
+    if isinstance(params["random_state"], np.random.RandomState):
+        params["random_state"] = None
+    params = {name: _json_value(name, value) for name, value in params.items()}
+    missing = [name for name in _ATTRIBUTES if not hasattr(model, name)]
+    if missing:
+        raise TypeError(f"model lacks the fitted attributes {missing}; fit it again.")
+    entries = {"heads_residual": np.float64(_heads_residual(model))}
+    for name, spec in _ATTRIBUTES.items():
+        value = getattr(model, name)
+        if spec == "int":
+            entries[name] = np.int64(value)
+        elif spec == "bool":
+            entries[name] = np.bool_(value)
+        elif spec == "str":
+            entries[name] = np.str_(value)
+        elif spec == "float or None":
+            entries[name] = np.float64(np.nan if value is None else value)
+        else:
+            entries[name] = np.asarray(value, dtype=np.float64)
+    entries.update(_standardized_entries(model))
     np.savez(
         path,
         format=np.str_(_FORMAT),
         format_version=np.int64(_FORMAT_VERSION),
-        params=np.str_(json.dumps(params)),
-        single_output=np.bool_(model._single_output),
-        compression_residual_=np.float64(np.nan if residual is None else residual),
-        **arrays,
+        params=np.str_(json.dumps(params, allow_nan=False)),
+        **entries,
     )
 
 
+def _standardized_entries(model):
+    """The file entries of ``standardization_`` and of the model in those coordinates."""
+    st = model.standardization_
+    d, d_out = model.n_features_in_, model.n_outputs_
+    V, Q = model._standardized_heads
+    return {
+        "standardization_exponents": st.exponents.astype(np.float64),
+        "standardization_whitening": np.eye(d) if st.whitening is None else st.whitening,
+        "standardization_y_exponents": (np.zeros(d_out) if st.y_exponents is None
+                                        else st.y_exponents.astype(np.float64)),
+        "standardization_whitened": np.bool_(st.whitened),
+        "standardization_weight_exponent": np.int64(st.weight_exponent),
+        "standardized_coef": np.asarray(model._standardized_coef, dtype=np.float64),
+        "standardized_value_matrices": np.asarray(V, dtype=np.float64),
+        "standardized_key_query_matrices": np.asarray(Q, dtype=np.float64),
+    }
+
+
+def _restore_standardization(path, model, values):
+    """Set ``standardization_`` and the standardized model; check them against the rest.
+
+    ``coef_`` and the heads must be what the standardized model maps back to
+    (the same computation as in ``fit``), else ``predict`` (which works in
+    standardized coordinates) and the attributes would describe different
+    functions.
+    """
+    def fail(key, message):
+        raise ValueError(f"{path}: entry {key!r} {message}")
+
+    exponents = {}
+    for key in ("standardization_exponents", "standardization_y_exponents"):
+        e = values[key]
+        if not (np.all(e == np.round(e)) and np.all(np.abs(e) <= _MAX_EXPONENT)):
+            fail(key, f"must hold integers between -{_MAX_EXPONENT} and {_MAX_EXPONENT}; "
+                 f"found {e}.")
+        exponents[key] = e.astype(np.int64)
+    ew = values["standardization_weight_exponent"]
+    if abs(ew) > _MAX_EXPONENT:
+        fail("standardization_weight_exponent", f"must be between -{_MAX_EXPONENT} and "
+             f"{_MAX_EXPONENT}; found {ew}.")
+    W = values["standardization_whitening"]
+    whitened = values["standardization_whitened"]
+    if not whitened and not np.array_equal(W, np.eye(W.shape[0])):
+        fail("standardization_whitening", "must be the identity when "
+             "'standardization_whitened' is false.")
+    if whitened and not np.linalg.cond(W) < 1e15:
+        fail("standardization_whitening", "must be an invertible matrix (a whitening).")
+    st = TokenStandardizer(exponents["standardization_exponents"],
+                           W if whitened else None,
+                           exponents["standardization_y_exponents"], ew)
+    coef_s = values["standardized_coef"]
+    V_s = values["standardized_value_matrices"]
+    Q_s = values["standardized_key_query_matrices"]
+    try:
+        coef = st.coef_to_user(coef_s)
+        V, Q = st.heads_to_user(V_s, Q_s)
+    except ValueError as exc:
+        fail("standardized_coef", f"cannot be mapped back to the data's units ({exc}).")
+    for key, got, want in (("coef_", coef, values["coef_"]),
+                           ("value_matrices_", V, values["value_matrices_"]),
+                           ("key_query_matrices_", Q, values["key_query_matrices_"])):
+        scale = float(np.abs(want).max(initial=0.0))
+        if not np.allclose(got, want, rtol=1e-9, atol=1e-12 * scale):
+            raise ValueError(
+                f"{path}: entries {key!r} and the standardized model disagree: "
+                f"'standardized_*' mapped back through 'standardization_*' differ from "
+                f"{key!r} by {np.abs(got - want).max():.3g} (largest entry {scale:.3g}); "
+                "predict and the fitted attributes would describe different models."
+            )
+    model.standardization_ = st
+    model._standardized_coef = coef_s
+    model._standardized_heads = (V_s, Q_s)
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _model_from_params(path, text):
+    """The estimator the file's JSON parameters describe, validated as ``fit`` would."""
+    try:
+        params = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise ValueError(f"{path}: entry 'params' is not valid JSON ({exc}).") from None
+    if not isinstance(params, dict):
+        raise ValueError(
+            f"{path}: entry 'params' must be a JSON object of parameters; found "
+            f"{type(params).__name__}."
+        )
+    known = LinearAttentionRegressor().get_params()
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(
+            f"{path}: entry 'params' has unknown parameters {unknown}; "
+            f"LinearAttentionRegressor takes {sorted(known)}."
+        )
+    model = LinearAttentionRegressor(**params)
+    try:
+        model._check_params()
+        # Neither is checked by fit: random_state by check_random_state when
+        # compressing, verbose by truth value; a file must still be sane.
+        rs = model.random_state
+        if rs is not None and (isinstance(rs, bool) or not isinstance(rs, int)
+                               or not 0 <= rs < 2**32):
+            raise ValueError(f"random_state must be None or an integer in [0, 2**32); "
+                             f"got {rs!r}.")
+        if not isinstance(model.verbose, int) or model.verbose < 0:
+            raise ValueError(f"verbose must be a non-negative integer; got {model.verbose!r}.")
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: entry 'params' is invalid: {exc}") from None
+    return model
+
+
+def _check_scalars(path, model, values):
+    """Ranges of the scalar attributes and their consistency with the parameters."""
+    d, d_out, h = values["n_features_in_"], values["n_outputs_"], values["n_heads_"]
+
+    def fail(key, message):
+        raise ValueError(f"{path}: entry {key!r} {message}")
+
+    if d < 1:
+        fail("n_features_in_", f"(the token dimension d) must be at least 1; found {d}.")
+    if d_out < 1:
+        fail("n_outputs_", f"must be at least 1; found {d_out}.")
+    # The SVD of the (d_out d) x d^2 coefficient matrix gives at most that many
+    # heads, and compression only ever reduces the count.
+    most = min(d_out * d, d * d)
+    if not 0 <= h <= most:
+        fail("n_heads_", f"must be between 0 and min(d_out * d, d * d) = {most} for "
+             f"d = {d}, d_out = {d_out}; found {h}.")
+    psi = n_attention_features(d)
+    if not 0 <= values["feature_rank_"] <= psi:
+        fail("feature_rank_", f"must be between 0 and psi = {psi}; found "
+             f"{values['feature_rank_']}.")
+    if values["solver_"] not in SOLVERS[1:]:
+        fail("solver_", f"must be one of {SOLVERS[1:]}; found {values['solver_']!r}.")
+    if values["n_iter_"] < 1:
+        fail("n_iter_", f"must be at least 1; found {values['n_iter_']}.")
+    if values["_single_output"] and d_out != 1:
+        fail("_single_output", f"is true, which needs n_outputs_ = 1; found {d_out}.")
+    if model.token_dim is not None and model.token_dim != d:
+        fail("params", f"has token_dim={model.token_dim}, but n_features_in_ = {d}.")
+    residual = values["compression_residual_"]
+    if residual is None:
+        if model.n_heads is not None and h > model.n_heads:
+            fail("n_heads_", f"is {h}, more than the parameter n_heads={model.n_heads}, "
+                 "with no compression_residual_.")
+    else:
+        # The SVD truncation already has a relative residual of at most 1
+        # (zero heads have exactly 1), and the compression only improves on it.
+        if not 0 <= residual <= 1:
+            fail("compression_residual_", f"must be NaN (no compression) or in [0, 1]; "
+                 f"found {residual}.")
+        if model.n_heads is None or h != model.n_heads:
+            fail("compression_residual_", f"is set, so the heads were compressed to the "
+                 f"parameter n_heads={model.n_heads}; but n_heads_ = {h}.")
+
+
+def _heads_residual(model):
+    """``||p(V, Q) - coef_|| / ||coef_||`` in the data's own units (0 for 0 = 0)."""
+    coef = np.asarray(model.coef_, dtype=np.float64)
+    p = attention_coefficients(model.value_matrices_, model.key_query_matrices_)
+    norm = float(np.linalg.norm(coef))
+    gap = float(np.linalg.norm(p - coef))
+    if gap == 0:
+        return 0.0
+    return gap / norm if norm > 0 else math.inf
+
+
+def _rounding_allowance(d, d_out):
+    """Relative difference between honest heads and ``coef_`` that is only rounding.
+
+    Heads from the SVD drop singular values below ``max(M.shape) * eps`` times
+    the largest (M is the (d_out d) x d^2 coefficient matrix, with at most
+    min(M.shape) of them), and computing p(V, Q) rounds: 10x that.
+    """
+    rows, cols = d_out * d, d * d
+    return 10 * max(rows, cols) * math.sqrt(min(rows, cols)) * np.finfo(np.float64).eps
+
+
+def _check_heads_reproduce_coef(path, model, recorded):
+    """The heads must compute the function ``coef_`` describes.
+
+    ``predict`` uses the heads and ``predict_from_coefficients`` uses
+    ``coef_``; a file in which the two disagree by more than the model says
+    would give two different answers without a warning.  Without compression
+    they must agree to rounding.  A compression leaves a difference; the
+    estimator's ``compression_residual_`` measures it in the coordinates it
+    compressed in, which need not be the data's own units, so the file also
+    records the difference in the data's units (``heads_residual``), and it
+    must be measured again here, to rounding.
+    """
+    d, d_out = model.n_features_in_, model.n_outputs_
+    allowance = _rounding_allowance(d, d_out)
+    found = _heads_residual(model)
+    heads = "entries 'value_matrices_' and 'key_query_matrices_' do not reproduce 'coef_'"
+    if not (math.isfinite(recorded) and recorded >= 0):
+        raise ValueError(f"{path}: entry 'heads_residual' must be a finite number >= 0; "
+                         f"found {recorded}.")
+    if model.compression_residual_ is None and not found <= allowance:
+        raise ValueError(
+            f"{path}: {heads}: the heads' coefficients differ from coef_ by {found:.3g} "
+            f"relative, but without compression (compression_residual_ is NaN) they "
+            f"must agree to rounding ({allowance:.1e}); predict and "
+            "predict_from_coefficients would disagree."
+        )
+    if not abs(found - recorded) <= allowance + 1e-9 * recorded:
+        raise ValueError(
+            f"{path}: {heads} as recorded: the heads' coefficients differ from coef_ by "
+            f"{found:.3g} relative, but entry 'heads_residual' records {recorded:.3g} (to "
+            f"rounding, {allowance:.1e}); predict and predict_from_coefficients would "
+            "disagree by more than the file says."
+        )
+
+
 def load_model(path):
-    """Read a model written by :func:`save_model`.
+    """Read a model written by :func:`save_model`, checking every entry.
+
+    Nothing is trusted: the zip directory, each member's ``.npy`` header (its
+    dtype and shape, against what ``n_features_in_``, ``n_outputs_`` and
+    ``n_heads_`` imply, before any data is read), the parameters (through the
+    estimator's own validation), the finiteness of every array, and that the
+    heads compute the function ``coef_`` describes: to rounding when the heads
+    were not compressed, and otherwise differing from it by exactly the
+    relative amount the file records (``heads_residual``, measured by
+    :func:`save_model` in the data's own units), so that ``predict`` and
+    ``predict_from_coefficients`` agree as far as the model says.  Parameters
+    missing from the file take their default values.
+
+    A loaded model predicts, scores and generates.  It keeps no sufficient
+    statistics, so ``partial_fit`` raises a ``ValueError``; call ``fit``.
+    ``certificate_`` is not stored (recompute it with
+    :func:`~sklearn_linattn.certify_identifiability` from the data).
 
     Parameters
     ----------
@@ -80,39 +624,105 @@ def load_model(path):
     FileNotFoundError
         When ``path`` does not exist.
     ValueError
-        When the file is not a sklearn-linattn model file or is inconsistent.
+        When the file is not a sklearn-linattn model file or any entry is
+        corrupt or inconsistent; the message names the file and the entry.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile
+    >>> from sklearn_linattn import LinearAttentionRegressor, load_model, save_model
+    >>> X = np.random.default_rng(0).normal(size=(40, 5, 2))
+    >>> path = os.path.join(tempfile.mkdtemp(), "model.npz")
+    >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # one head computes this
+    >>> save_model(LinearAttentionRegressor(n_heads=1).fit(X, y), path)
+    >>> model = load_model(path)
+    >>> model.n_heads_, model.solver_
+    (1, 'eigh')
+    >>> bool(np.allclose(model.predict(X), model.predict_from_coefficients(X)))
+    True
     """
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"path must be a file name; got {type(path).__name__}.")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no such model file: {path}")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise ValueError(f"{path} is not a readable .npz model file: {exc}") from None
-    with data:
-        if "format" not in data.files or str(data["format"]) != _FORMAT:
-            raise ValueError(f"{path} is not a sklearn-linattn model file.")
-        version = int(data["format_version"])
+        raise FileNotFoundError(f"no such model file: {os.fsdecode(path)}")
+    with _NpzReader(path, "a sklearn-linattn model file") as reader:
+        path = reader.path
+        if "format" not in reader.entries:
+            raise ValueError(
+                f"{path} is not a sklearn-linattn model file (it has no entry 'format'; "
+                f"its entries are {sorted(reader.entries)})."
+            )
+        tag = reader.scalar("format", "str")
+        if tag != _FORMAT:
+            raise ValueError(
+                f"{path} is not a sklearn-linattn model file: entry 'format' is {tag!r}, "
+                f"expected {_FORMAT!r}."
+            )
+        if "format_version" not in reader.entries:
+            raise ValueError(f"{path} lacks the entry 'format_version'.")
+        version = reader.scalar("format_version", "int")
         if version != _FORMAT_VERSION:
             raise ValueError(
-                f"{path} has model format version {version}; this version of "
-                f"sklearn-linattn reads version {_FORMAT_VERSION}."
+                f"{path}: entry 'format_version' is {version}; this version of "
+                f"sklearn-linattn reads model format version {_FORMAT_VERSION} (fit and "
+                "save the model again)."
             )
-        missing = [k for k in _ARRAYS + _SCALARS + ("params",) if k not in data.files]
+        expected = set(_FILE_ENTRIES) | set(_ATTRIBUTES) | set(_STANDARDIZED) | set(
+            _STANDARDIZED_SCALARS)
+        missing = sorted(expected - set(reader.entries))
         if missing:
             raise ValueError(f"{path} lacks the entries {missing}.")
-        model = LinearAttentionRegressor(**json.loads(str(data["params"])))
-        for name in _ARRAYS:
-            setattr(model, name, np.asarray(data[name], dtype=np.float64))
-        for name in _SCALARS:
-            setattr(model, name, int(data[name]))
-        residual = float(data["compression_residual_"])
-        model.compression_residual_ = None if np.isnan(residual) else residual
-        model._single_output = bool(data["single_output"])
-    V, Q = model.value_matrices_, model.key_query_matrices_
-    d, d_out = model.n_features_in_, model.n_outputs_
-    if V.shape != (model.n_heads_, d_out, d) or Q.shape != (model.n_heads_, d, d):
-        raise ValueError(
-            f"{path} is inconsistent: value matrices {V.shape} and key-query matrices "
-            f"{Q.shape} do not match n_heads_={model.n_heads_}, d_out={d_out}, d={d}."
-        )
+        unknown = sorted(set(reader.entries) - expected)
+        if unknown:
+            raise ValueError(f"{path} has unknown entries {unknown}.")
+
+        model = _model_from_params(path, reader.scalar("params", "str"))
+        values = {}
+        for name, spec in _ATTRIBUTES.items():
+            if spec == "float or None":
+                value = reader.scalar(name, "float")
+                if math.isinf(value):
+                    raise ValueError(f"{path}: entry {name!r} must be finite or NaN (none); "
+                                     f"found {value}.")
+                values[name] = None if math.isnan(value) else value
+            elif isinstance(spec, str):
+                values[name] = reader.scalar(name, spec)
+        _check_scalars(path, model, values)
+        for name, kind in _STANDARDIZED_SCALARS.items():
+            values[name] = reader.scalar(name, kind)
+
+        d, d_out, h = values["n_features_in_"], values["n_outputs_"], values["n_heads_"]
+        shapes = {name: spec(d, d_out, h) for name, spec in _ATTRIBUTES.items()
+                  if callable(spec)}
+        shapes.update({name: spec(d, d_out, h) for name, spec in _STANDARDIZED.items()})
+        total = 8 * sum(math.prod(shape) for shape in shapes.values())
+        budget = default_memory_budget()
+        if total > budget:
+            raise ValueError(
+                f"{path}: a model with d = {d}, d_out = {d_out} and {h} heads (entries "
+                f"'n_features_in_', 'n_outputs_', 'n_heads_') needs {_gib(total)}, more "
+                f"than the memory budget of {_gib(budget)}."
+            )
+        for name, shape in shapes.items():
+            found, dtype, _, _ = reader.header(name)
+            if found != shape or dtype.kind != "f":
+                raise ValueError(
+                    f"{path}: entry {name!r} must be a floating-point array of shape "
+                    f"{shape} (d = {d}, d_out = {d_out}, n_heads_ = {h}); found shape "
+                    f"{found} and dtype {dtype}."
+                )
+        for name in shapes:
+            array = reader.read(name).astype(np.float64)
+            if not np.all(np.isfinite(array)):
+                raise ValueError(f"{path}: entry {name!r} holds NaN or infinite values.")
+            values[name] = array
+        recorded = reader.scalar("heads_residual", "float")
+
+    for name, value in values.items():
+        if name in _ATTRIBUTES:
+            setattr(model, name, value)
+    _check_heads_reproduce_coef(path, model, recorded)
+    _restore_standardization(path, model, values)
+    # Statistics are not stored: partial_fit must refuse rather than restart.
+    model._stats = model._scales = None
     return model
