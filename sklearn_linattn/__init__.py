@@ -19,6 +19,7 @@ from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
 from ._io import load_model, save_model
 from .gradient import AdamLinearAttentionRegressor
 from . import datasets
+from . import metrics
 
 __version__ = "0.1.0.dev0"
 
@@ -35,6 +36,7 @@ __all__ = [
     "datasets",
     "heads_from_coefficients",
     "load_model",
+    "metrics",
     "mhla_forward",
     "mhla_generate",
     "same_function",
