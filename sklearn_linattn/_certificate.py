@@ -366,6 +366,22 @@ class IdentifiabilityCertificate:
             "'svd' or 'dual') when psi**2 floats fit in memory."
         )
 
+    def _quadratic(self, C):
+        """``c^T Lambda_D c`` for each row c of C (..., psi) in the certificate's coordinates.
+
+        The excess empirical risk of coefficients ``c* + c`` over a minimizer
+        ``c*`` (and the explained energy of ``c*`` itself); None when the
+        certificate holds no representation of ``Lambda_D`` (``"cg"``).
+        """
+        C = np.atleast_2d(np.asarray(C, dtype=np.float64))
+        if self._has_spectrum():
+            proj = self._split(C)[0]
+            return np.einsum("...r,r,...r->...", proj, self.eigenvalues[: self.rank], proj)
+        if self._factor is not None:
+            z = C @ self._factor  # rows of L^T c, G = L L^T
+            return np.einsum("...p,...p->...", z, z) / self._weight_sum
+        return None
+
     def _split(self, H):
         """Projection of feature rows H (..., psi) on the row space: coordinates and rest.
 

@@ -204,6 +204,14 @@ class TokenStandardizer:
             return coef
         return self.scale_features(coef)
 
+    def from_folded(self, coef):
+        """Inverse of :meth:`folded`."""
+        coef = np.asarray(coef, dtype=np.float64)
+        if self.whitening is None:
+            return coef
+        shape = coef.shape
+        return (coef.reshape(*shape[:-1], -1, self.d) / self.pair_weights[:, None]).reshape(shape)
+
     # ------------------------------------------------------------ back to the user
 
     def _feature_exponents(self):

@@ -2,9 +2,11 @@
 
 import itertools
 import time
+import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
@@ -18,7 +20,13 @@ from ._features import (
     n_attention_features,
     row_factors,
 )
-from ._mhla import compress_heads, heads_from_coefficients, mhla_forward, mhla_generate
+from ._mhla import (
+    attention_coefficients,
+    compress_heads,
+    heads_from_coefficients,
+    mhla_forward,
+    mhla_generate,
+)
 from ._solvers import (
     SOLVERS,
     STATISTICS_SOLVERS,
@@ -435,6 +443,87 @@ class _TrainingData:
         return X, lengths, Y, self.sample_weight
 
 
+class _CompressionJudge:
+    """Whether compressed heads fit the training data materially worse than the optimum.
+
+    The compression matches coefficients; what matters is the fit.  The
+    excess empirical risk of coefficients c over the unconstrained minimizer
+    c* is exactly ``(c - c*)^T Lambda_D (c - c*)`` (the certificate's
+    quadratic form), and the minimizer's own residual risk is
+    ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the standardized
+    units).  On noisy data even the right number of heads raises the
+    training risk: the unconstrained fit spends its p = rank * d_out degrees
+    of freedom on the noise too, about ``p / (N - p)`` of R* more than a
+    smaller model containing the truth (N feature rows), and the compression
+    minimises the coefficients' Euclidean distance, not this risk (measured:
+    up to 4 times that on Gaussian designs with the generator's head count).
+    A compression is material when its excess risk exceeds ``max(0.01, 6 p /
+    (N - p))`` times R*, plus ``(1e-8)**2`` of the explained energy ``c*^T
+    Lambda_D c*``: worse than the data's own noise explains, or, on exact
+    data, a visible change of the function.  Without a quadratic form (``"cg"``) its extreme
+    eigenvalues bound both sides, so that a warning is only given when the
+    bounds prove the compression material.
+    """
+
+    _NOISE_FRACTION = 1e-2
+    _NOISE_DOF = 6.0
+    _EXACT_RELATIVE = 1e-8
+
+    def __init__(self, certificate, stats, coef, standardizer):
+        self.cert, self.coef, self.st = certificate, coef, standardizer
+        dof = certificate.rank * coef.shape[0]
+        spare = stats.n_rows * coef.shape[0] - dof
+        self.noise_fraction = max(self._NOISE_FRACTION,
+                                  self._NOISE_DOF * dof / spare if spare > 0 else 0.0)
+        W = stats.weight_sum if stats.weight_sum > 0 else float(stats.n_rows)
+        self.y_energy = float(np.sum(stats.y_sq)) / W if stats.y_sq is not None else 0.0
+        q = certificate._quadratic(coef)
+        if q is not None:
+            self.explained = float(np.sum(q))
+            self.exact = True
+        else:  # lower bound of the explained energy: lambda_min ||c||^2
+            self.explained = max(certificate.min_eigenvalue
+                                 - certificate.min_eigenvalue_error, 0.0) * float(np.sum(coef**2))
+            self.exact = False
+        self.residual_risk = max(self.y_energy - self.explained, 0.0)
+
+    def _allowed(self):
+        return (self.noise_fraction * self.residual_risk
+                + self._EXACT_RELATIVE**2 * self.explained)
+
+    def tolerance(self):
+        """A relative coefficient residual below which the compression cannot be material.
+
+        ``||c - c*||^2 lambda_max`` bounds the excess risk, and the folded
+        coefficients the compression matches are at least as large as the
+        standardized ones (pair weights >= 1).
+        """
+        top = self.cert.max_eigenvalue
+        norm2 = float(np.sum(self.st.folded(self.coef) ** 2))
+        if top <= 0 or norm2 <= 0:
+            return 1e-10
+        return max(1e-10, float(np.sqrt(self._allowed() / (top * norm2))))
+
+    def warn_if_material(self, V, Q, n_heads):
+        delta = self.st.from_folded(attention_coefficients(V, Q)) - self.coef
+        q = self.cert._quadratic(delta) if self.exact else None
+        excess = float(np.sum(q)) if q is not None else (
+            max(self.cert.min_eigenvalue - self.cert.min_eigenvalue_error, 0.0)
+            * float(np.sum(delta**2)))
+        if excess > self._allowed():
+            ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
+            heads = "head" if n_heads == 1 else "heads"
+            warnings.warn(
+                f"compressing to n_heads={n_heads} {heads} raises the training error: the "
+                f"excess empirical risk is {ratio:.3g} times the risk of the unconstrained "
+                f"fit (more than the {self.noise_fraction:.3g} the data's own noise explains), "
+                f"so {n_heads} {heads} may not be enough to compute the fitted function; "
+                "increase n_heads or use n_heads=None (compression_residual_ holds the "
+                "relative coefficient residual).",
+                ConvergenceWarning,
+            )
+
+
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     """One-layer multi-head linear attention fitted exactly by least squares.
 
@@ -459,9 +548,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         except with ``solver="cg"`` (see there).
     n_heads : int or None, default=None
         None returns every head of the SVD.  An integer k compresses to at
-        most k heads by alternating least squares started from the truncated
-        SVD; a :class:`~sklearn.exceptions.ConvergenceWarning` says when k heads
-        cannot reproduce the unconstrained optimum.
+        most k heads (:func:`~sklearn_linattn.compress_heads`); a
+        :class:`~sklearn.exceptions.ConvergenceWarning` says when the k heads
+        fit the training data materially worse than the unconstrained
+        optimum: by more than the data's own noise explains (see the user
+        guide on compression), not merely inexactly.
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         With N feature rows, psi features and P = d (d + 1) / 2:
 
@@ -1001,9 +1092,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
         if self.n_heads is not None and V.shape[0] > self.n_heads:
+            judge = _CompressionJudge(self.certificate_, stats, coef_std, standardizer)
             V, Q, self.compression_residual_ = compress_heads(
-                folded, d, self.n_heads, random_state=self.random_state
+                folded, d, self.n_heads, tol=judge.tolerance(), random_state=self.random_state,
+                warn=False,
             )
+            judge.warn_if_material(V, Q, self.n_heads)
             self._log(
                 f"compressed to {self.n_heads} heads, relative coefficient residual "
                 f"{self.compression_residual_:.2e}",

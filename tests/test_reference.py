@@ -12,6 +12,8 @@ two differs by O(1) of it.  This works at every scale: the features are cubic
 in X (scale c gives c**3) and the outputs are also quadratic in the weights.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, assume
@@ -23,6 +25,7 @@ from reference import (
     ref_features,
     ref_fold,
     ref_forward,
+    ref_generate,
     ref_kernel,
     ref_lengths,
     ref_linear_readout,
@@ -45,6 +48,7 @@ from sklearn_linattn._mhla import (
     fold_coefficients,
     heads_from_coefficients,
     mhla_forward,
+    mhla_generate,
     same_function,
     unfold_coefficients,
 )
@@ -439,3 +443,234 @@ def test_public_attention_kernel_reads_nan_padding(batches):
 def test_public_attention_kernel_rejects_mismatched_d():
     with pytest.raises(ValueError, match="Y has tokens of dimension d=3"):
         attention_kernel(np.ones((2, 3, 2)), np.ones((2, 3, 3)))
+
+
+# --------------------------------------------------------------------------
+# Scale robustness of the forward pass (exact power-of-two rescaling).
+# --------------------------------------------------------------------------
+
+
+@given(data=batch_and_heads(), k=st.integers(-300, 300))
+def test_mhla_forward_scales_exactly_by_powers_of_two(data, k):
+    """y(2**k X) == 2**(3k) y(X) bit for bit: the forward pass rescales each
+    sequence by a power of two before computing, so the scale cannot matter."""
+    X, V, Q, readout = data
+    X = X.astype(np.float64)  # 2**300 X does not fit in float32
+    y = mhla_forward(X, V, Q, readout=readout)
+    scaled = mhla_forward(np.ldexp(X, k), V, Q, readout=readout)
+    np.testing.assert_array_equal(scaled, np.ldexp(y, 3 * k))
+
+
+def _log10_max(a):
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    a = a[np.isfinite(a) & (a > 0)]
+    return np.log10(a.max()) if a.size else 0.0
+
+
+@given(data=batch_and_heads(),
+       log_c=st.one_of(st.floats(-100.0, 100.0), st.sampled_from([-80.0, 80.0])),
+       seed=SEEDS)
+def test_mhla_forward_extreme_scales_match_reference(data, log_c, seed):
+    """X scaled by c in 1e-100..1e100 and heads rescaled by up to 1e+-150 per
+    head (V_h * s, Q_h / s is the same head): y(cX) = c**3 y(X), checked
+    against the loop reference at unit scale wherever c**3 y is representable."""
+    X, V, Q, readout = data
+    X = X.astype(np.float64)
+    lengths = ref_lengths(X)
+    expected = ref_forward(X, lengths, V, Q, readout)
+    magnitude = ref_forward(np.abs(X), lengths, np.abs(V), np.abs(Q), readout)
+    top = _log10_max(magnitude) + 3 * log_c
+    assume(-250 < top < 250 and _log10_max(magnitude) - 3 * abs(log_c) > -300)
+    c = 10.0**log_c
+    # Per-head scales, half of them at the extremes.
+    rng = np.random.default_rng(seed)
+    s = 10.0 ** np.where(rng.random(V.shape[0]) < 0.5, rng.choice([-150.0, 150.0], V.shape[0]),
+                         rng.uniform(-150, 150, size=V.shape[0]))
+    got = mhla_forward(X * c, V * s[:, None, None], Q / s[:, None, None], readout=readout)
+    # Divide c out one factor at a time: c**3 alone may over- or underflow.
+    assert_close(got / c / c / c, expected, magnitude, 1e-12)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize(
+    "c, v, q",
+    [
+        (1e105, [1e-200], [1.0]),    # x^T Q x and its sum reach 1e315: overflowed to inf
+        (1e-110, [1e300], [1.0]),    # products of 1e-110 entries underflowed to 0
+        (1e-60, [1e300], [1e-150]),  # Q x_last ~ 1e-210, its weighted sum ~ 1e-330
+        (1e-80, [1e150, 1e-150], [1e-150, 1e150]),  # one head underflowed
+        (1e80, [1e-150, 1e-290], [1e-150, 1e-10]),  # V x ~ 1e-210, times 1e240 of X
+        (1.0, [1e150, 1e-150], [1e-150, 1e150]),    # extreme heads, outputs of size 1
+    ],
+)
+def test_mhla_forward_representable_outputs_of_extreme_inputs(readout, c, v, q):
+    """Each head h is rescaled by v_h q_h = p (the same for every head), so
+    the outputs are c**3 p times those at unit scale."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4, 6, 3))
+    V, Q = rng.normal(size=(2, 2, 3)), rng.normal(size=(2, 3, 3))
+    v = np.resize(v, 2)[:, None, None]
+    q = np.resize(q, 2)[:, None, None]
+    p = float(v[0, 0, 0] * q[0, 0, 0])
+    lengths = [6] * 4
+    expected = ref_forward(X, lengths, V, Q, readout)
+    magnitude = ref_forward(np.abs(X), lengths, np.abs(V), np.abs(Q), readout)
+    got = mhla_forward(X * c, V * v, Q * q, readout=readout)
+    assert np.all(np.isfinite(got))
+    assert_close(got / c / c / c / p, expected, magnitude, 1e-12)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_mhla_forward_overflowing_outputs_raise_naming_the_sample(readout):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(4, 5, 2))
+    X[2] *= 1e120  # outputs about 1e360
+    V, Q = rng.normal(size=(1, 1, 2)), rng.normal(size=(1, 2, 2))
+    with pytest.raises(ValueError, match=r"the outputs for X\[2\] exceed the float64 range: "
+                                         r"their largest magnitude is about 1e3[56]\d"):
+        mhla_forward(X, V, Q, readout=readout)
+    # The same sample alone, through explicit lengths and chunk offsets.
+    with pytest.raises(ValueError, match=r"X\[0\] exceed the float64 range"):
+        mhla_forward(X[2:3], V, Q, np.array([5]), readout=readout)
+
+
+# --------------------------------------------------------------------------
+# Refused heads: NaN, infinity, complex and non-numeric V or Q.
+# --------------------------------------------------------------------------
+
+
+def _calls():
+    X = np.random.default_rng(0).normal(size=(3, 4, 2))
+    return {
+        "mhla_forward": lambda V, Q: mhla_forward(X, V, Q),
+        "mhla_forward_all": lambda V, Q: mhla_forward(X, V, Q, readout="all"),
+        "mhla_generate": lambda V, Q: mhla_generate(X, V, Q, 2),
+        "attention_coefficients": attention_coefficients,
+        "same_function": lambda V, Q: same_function(V, Q, np.ones((1, 2, 2)), np.eye(2)[None]),
+        "same_function_second": lambda V, Q: same_function(np.ones((1, 2, 2)), np.eye(2)[None],
+                                                           V, Q),
+    }
+
+
+def _set(index, value):
+    def fn(A):
+        A = A.astype(np.result_type(A, np.asarray(value)))
+        A[index] = value
+        return A
+    return fn
+
+
+BAD_HEADS = [
+    # which, change, exception, message
+    ("V", _set((0, 1, 0), np.nan), ValueError, r"V must be finite; got nan at V\[0, 1, 0\]"),
+    ("V", _set((0, 0, 1), -np.inf), ValueError, r"V must be finite; got -inf at V\[0, 0, 1\]"),
+    ("Q", _set((0, 1, 1), np.nan), ValueError, r"Q must be finite; got nan at Q\[0, 1, 1\]"),
+    ("Q", _set((0, 0, 0), np.inf), ValueError, r"Q must be finite; got inf at Q\[0, 0, 0\]"),
+    ("V", lambda A: A + 1j, ValueError,
+     r"Complex data not supported: V must hold real numbers; got complex values"),
+    ("Q", lambda A: A * (1 + 1j), ValueError,
+     r"Complex data not supported: Q must hold real numbers; got complex values"),
+    ("V", lambda A: A.astype(str), TypeError, r"V must hold real numbers \(a numeric dtype\)"),
+    ("Q", lambda A: A.astype(object), TypeError, r"Q must hold real numbers \(a numeric dtype\)"),
+]
+
+
+@pytest.mark.parametrize("call", list(_calls()))
+@pytest.mark.parametrize("which, change, exc, pattern", BAD_HEADS)
+def test_bad_heads_are_refused_by_name(call, which, change, exc, pattern):
+    V, Q = np.ones((1, 2, 2)), np.eye(2)[None]
+    if which == "V":
+        V = change(V)
+    else:
+        Q = change(Q)
+    with warnings.catch_warnings():
+        # The complex parts used to be dropped with only a ComplexWarning.
+        warnings.simplefilter("error")
+        with pytest.raises(exc, match=pattern):
+            _calls()[call](V, Q)
+
+
+@pytest.mark.parametrize(
+    "coef, exc, pattern",
+    [
+        (np.where(np.arange(6) == 3, np.nan, 1.0)[None], ValueError,
+         r"coef must be finite; got nan at coef\[0, 3\]"),
+        (np.ones((1, 6)) * 1j, ValueError, r"Complex data not supported: coef must hold real"),
+        (np.ones((1, 6)).astype(str), TypeError, r"coef must hold real numbers"),
+    ],
+)
+def test_heads_from_coefficients_refuses_bad_coefficients(coef, exc, pattern):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(exc, match=pattern):
+            heads_from_coefficients(coef, 2)
+
+
+def test_attention_coefficients_refuses_overflowing_coefficients():
+    V, Q = np.full((1, 1, 2), 1e200), np.full((1, 2, 2), 1e200)
+    with pytest.raises(ValueError, match=r"coefficients of these heads exceed the float64 range"):
+        attention_coefficients(V, Q)
+
+
+# --------------------------------------------------------------------------
+# mhla_generate: memory estimate, overflow, moderate scales.
+# --------------------------------------------------------------------------
+
+
+def test_mhla_generate_refuses_an_output_larger_than_memory():
+    X = np.ones((3, 4, 2))
+    V, Q = np.eye(2)[None], np.eye(2)[None]
+    with pytest.raises(ValueError, match=r"n_steps=1000000000000000 would need an output of shape "
+                                         r"\(3, 1000000000000004, 2\), .* GiB of float64, more than "
+                                         r"the memory budget of .* GiB .*; at most n_steps=\d+ fits"):
+        mhla_generate(X, V, Q, 10**15)
+
+
+def test_mhla_generate_overflow_raises_naming_the_step():
+    X = np.ones((2, 3, 2))
+    X[1] *= 0.5
+    V, Q = np.eye(2)[None], np.eye(2)[None]
+    # Each output is cubic in the tokens: the sequences explode within a few steps.
+    with pytest.raises(ValueError, match=r"mhla_generate: at step \d+ of n_steps=40, the output "
+                                         r"for X\[0\] is not finite .* exceed the float64 range"):
+        mhla_generate(X, V, Q, 40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning on the way to the error
+        with pytest.raises(ValueError, match="exceed the float64 range"):
+            mhla_generate(X, V, Q, 40)
+    # A rounding that returns non-finite tokens is caught the same way.
+    with pytest.raises(ValueError, match=r"at step 1 of n_steps=2, the rounded token for X\[0\]"):
+        mhla_generate(X, V, Q, 2, rounding=lambda Y: Y * np.inf)
+
+
+@given(data=batch_and_heads(readout=st.just("last")), log_c=st.floats(-30.0, 30.0))
+def test_mhla_generate_matches_reference_at_moderate_scales(data, log_c):
+    X, V, Q, _ = data
+    d = X.shape[2]
+    V = np.concatenate([V] * d, axis=1)[:, :d]  # d_out = d
+    X = X.astype(np.float64) * 10.0**log_c
+    # Scale the heads so that the outputs stay of the size of the tokens
+    # (y ~ |V| |Q| |x|**3): then a few steps stay finite.
+    size = np.nanmax(np.abs(X)) if np.any(np.isfinite(X)) else 1.0
+    V = V / size**2 / max(1.0, np.abs(V).max() * np.abs(Q).max() * 4 * X.shape[1] * d**2)
+    lengths = ref_lengths(X)
+    got = mhla_generate(X, V, Q, 3)
+    want = ref_generate(X, lengths, V, Q, 3)
+    scale = np.nanmax(np.abs(want))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12 * scale)
+
+
+def test_zero_heads_compute_zero():
+    """A model with no heads (e.g. fitted to all-zero data) outputs zeros."""
+    X = np.random.default_rng(0).normal(size=(3, 4, 2))
+    X[1, 3] = np.nan
+    V, Q = np.zeros((0, 2, 2)), np.zeros((0, 2, 2))
+    np.testing.assert_array_equal(mhla_forward(X, V, Q), np.zeros((3, 2)))
+    y_all = mhla_forward(X, V, Q, readout="all")
+    np.testing.assert_array_equal(np.isnan(y_all), np.isnan(X))
+    assert not np.any(np.nan_to_num(y_all))
+    out = mhla_generate(X, V, Q, 2)
+    np.testing.assert_array_equal(out[0], np.vstack([X[0], np.zeros((2, 2))]))
+    np.testing.assert_array_equal(out[1, :5], np.vstack([X[1, :3], np.zeros((2, 2))]))
+    assert np.isnan(out[1, 5:]).all()
+    np.testing.assert_array_equal(attention_coefficients(V, Q), np.zeros((2, 6)))
