@@ -929,7 +929,7 @@ def compress_heads(
         estimated from the sizes alone (so results are reproducible), between
         10 and 500 (458 at d = d_out = n_heads = 3, 10 at d = d_out = 8).
     random_state : int, RandomState instance or None, default=None
-        Seeds the random starts (see :term:`Glossary <random_state>`).
+        Seeds the random starts.
     warn : bool, default=True
         Whether to issue a ConvergenceWarning when the residual stays above
         ``tol``.  Callers that judge the residual themselves (e.g. against
