@@ -315,8 +315,8 @@ def _check_outputs(first, single, other, part_single):
         )
 
 
-def _merge_blocks(*parts):
-    """Sum the statistics of several blocks into a new object (a tree node).
+def _merged(parts, empty):
+    """Sum per-block results ``(part, single_output)`` into ``empty(first part)``.
 
     The inputs are left untouched, so a task that is run again after a
     worker failure gives the same sum.
@@ -325,24 +325,22 @@ def _merge_blocks(*parts):
     if not parts:
         return None
     first, single = parts[0]
-    total = SufficientStatistics(first.d, first.d_out, standardizer=first.standardizer)
-    for stats, part_single in parts:
-        _check_outputs(first.d_out, single, stats.d_out, part_single)
-        total.merge(stats)
+    total = empty(first)
+    for part, part_single in parts:
+        _check_outputs(first.d_out, single, part.d_out, part_single)
+        total.merge(part)
     return total, single
+
+
+def _merge_blocks(*parts):
+    """Sum the statistics of several blocks into a new object (a tree node)."""
+    return _merged(parts, lambda s: SufficientStatistics(s.d, s.d_out,
+                                                         standardizer=s.standardizer))
 
 
 def _merge_standardizers(*parts):
     """Merge the accumulators of several blocks into a new one (a tree node)."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    first, single = parts[0]
-    total = StandardizerAccumulator(first.d, first.d_out, whiten=first.whiten)
-    for acc, part_single in parts:
-        _check_outputs(first.d_out, single, acc.d_out, part_single)
-        total.merge(acc)
-    return total, single
+    return _merged(parts, lambda a: StandardizerAccumulator(a.d, a.d_out, whiten=a.whiten))
 
 
 def _check_split_every(split_every):

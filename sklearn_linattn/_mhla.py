@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 
 from ._features import iter_sample_chunks, pair_indices
 from ._validation import (
-    _check_real_dtype,
+    as_real_array,
     check_lengths,
     check_readout,
     check_scalar,
@@ -41,24 +41,9 @@ __all__ = [
 ]
 
 
-def _check_real_array(a, name):
-    """``a`` as a finite float64 array; the messages name the argument."""
-    try:
-        arr = np.asarray(a)
-    except ValueError as exc:
-        raise ValueError(f"{name} could not be converted to an array: {exc}") from None
-    _check_real_dtype(arr, name)
-    arr = arr.astype(np.float64, copy=False)
-    if not np.all(np.isfinite(arr)):
-        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
-        where = f" at {name}[{', '.join(map(str, bad))}]" if bad else ""
-        raise ValueError(f"{name} must be finite; got {float(arr[bad])!r}{where}.")
-    return arr
-
-
 def _check_heads(V, Q):
-    V = _check_real_array(V, "V")
-    Q = _check_real_array(Q, "Q")
+    V = as_real_array(V, "V", finite=True)
+    Q = as_real_array(Q, "Q", finite=True)
     if V.ndim != 3 or Q.ndim != 3:
         raise ValueError(
             "V must have shape (n_heads, d_out, d) and Q shape (n_heads, d, d); got "
@@ -531,7 +516,7 @@ def _psi(d):
 
 def _check_coef(coef, d):
     """Validated float64 coefficients of shape (d_out, psi) and the int d."""
-    coef = _check_real_array(coef, "coef")
+    coef = as_real_array(coef, "coef", finite=True)
     d = check_scalar(d, "d", integer=True, low=1)
     if coef.ndim != 2 or coef.shape[0] == 0:
         raise ValueError(

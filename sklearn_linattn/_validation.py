@@ -64,6 +64,40 @@ def _numeric_object_array(a, name, expected):
         ) from None
 
 
+def as_real_array(a, name, *, finite=False):
+    """``a`` as a float64 array, refusing complex and non-numeric values by name.
+
+    ``finite=True`` also refuses NaN and infinity, naming the first entry.
+    """
+    try:
+        arr = np.asarray(a)
+    except ValueError as exc:
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    _check_real_dtype(arr, name)
+    arr = arr.astype(np.float64, copy=False)
+    if finite and not np.all(np.isfinite(arr)):
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+        where = f" at {name}[{', '.join(map(str, bad))}]" if bad else ""
+        raise ValueError(f"{name} must be finite; got {float(arr[bad])!r}{where}.")
+    return arr
+
+
+def pad_targets(items, n_tokens, name, expected):
+    """Per-sequence targets (n_tokens_i[, d_out]) padded with NaN to n_tokens positions.
+
+    ``expected(i, trail)`` words what item i should have been when its shape
+    does not fit (trail: the output shape of the first item).
+    """
+    items = [as_real_array(s, f"{name}[{i}]") for i, s in enumerate(items)]
+    trail = items[0].shape[1:]
+    out = np.full((len(items), n_tokens) + trail, np.nan)
+    for i, a in enumerate(items):
+        if a.shape[1:] != trail or a.shape[0] > n_tokens:
+            raise ValueError(f"{name}[{i}] has shape {a.shape}; {expected(i, trail)}.")
+        out[i, : a.shape[0]] = a
+    return out
+
+
 def check_readout(readout):
     """Return ``readout`` if it is ``"last"`` or ``"all"``, else raise."""
     if not isinstance(readout, str) or readout not in READOUTS:
@@ -538,19 +572,10 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
         np.shape(s)[0] != n_tokens for s in y
     ):
         # Per-sequence targets (n_tokens_i[, d_out]); pad them with NaN like X.
-        ragged = [np.asarray(s) for s in y]
-        for i, a in enumerate(ragged):
-            _check_real_dtype(a, f"{name}[{i}]")
-        trail = ragged[0].shape[1:]
-        Y = np.full((len(ragged), n_tokens) + trail, np.nan)
-        for i, a in enumerate(ragged):
-            if a.shape[1:] != trail or a.shape[0] > n_tokens:
-                raise ValueError(
-                    f"{name}[{i}] has shape {a.shape}; expected ({lengths[i] if i < n_samples else '?'},"
-                    f"{' ' + str(trail[0]) if trail else ''}) to match X[{i}]."
-                )
-            Y[i, : a.shape[0]] = a
-        y = Y
+        y = pad_targets(
+            y, n_tokens, name,
+            lambda i, trail: f"expected ({lengths[i] if i < n_samples else '?'},"
+                             f"{' ' + str(trail[0]) if trail else ''}) to match X[{i}]")
     try:
         y = np.asarray(y)
     except ValueError as exc:

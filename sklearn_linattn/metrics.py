@@ -23,10 +23,11 @@ from sklearn.utils.metadata_routing import MetadataRequest, get_routing_for_obje
 from ._validation import (
     DATA_FORMATS,
     READOUTS,
-    _check_real_dtype,
     _item_ndim,
+    as_real_array,
     check_readout,
     check_sample_weight,
+    pad_targets,
     to_data_format,
 )
 
@@ -107,28 +108,12 @@ def _find_readout(estimator, name="readout", valid=READOUTS):
     return None
 
 
-def _as_array(a, name):
-    try:
-        arr = np.asarray(a)
-    except ValueError as exc:
-        raise ValueError(f"{name} could not be converted to an array: {exc}") from None
-    _check_real_dtype(arr, name)
-    return arr.astype(np.float64, copy=False)
-
-
 def _pad_targets(y_true, n_tokens):
     """Per-sequence targets (n_tokens_i[, d_out]) padded with NaN to n_tokens positions."""
-    items = [_as_array(s, f"y_true[{i}]") for i, s in enumerate(y_true)]
-    trail = items[0].shape[1:]
-    out = np.full((len(items), n_tokens) + trail, np.nan)
-    for i, a in enumerate(items):
-        if a.shape[1:] != trail or a.shape[0] > n_tokens:
-            raise ValueError(
-                f"y_true[{i}] has shape {a.shape}; the predictions have {n_tokens} "
-                f"positions per sequence{f' and {trail[0]} outputs' if trail else ''}."
-            )
-        out[i, : a.shape[0]] = a
-    return out
+    return pad_targets(
+        y_true, n_tokens, "y_true",
+        lambda i, trail: f"the predictions have {n_tokens} positions per sequence"
+                         f"{f' and {trail[0]} outputs' if trail else ''}")
 
 
 def _is_ragged(y_true):
@@ -223,7 +208,7 @@ def drop_padding(y_true, y_pred, sample_weight=None, *, readout=None):
     """
     if readout is not None:
         check_readout(readout)
-    pred = _as_array(y_pred, "y_pred")
+    pred = as_real_array(y_pred, "y_pred")
     if readout != "last" and _is_ragged(y_true):
         if pred.ndim < 2:
             raise ValueError(
@@ -232,7 +217,7 @@ def drop_padding(y_true, y_pred, sample_weight=None, *, readout=None):
             )
         y = _pad_targets(y_true, pred.shape[1])
     else:
-        y = _as_array(y_true, "y_true")
+        y = as_real_array(y_true, "y_true")
     if y.ndim not in (1, 2, 3):
         raise ValueError(
             "y_true must have shape (n_samples,), (n_samples, d_out), (n_samples, "
