@@ -34,6 +34,7 @@ user's coordinates, standardized inputs to the user's inputs.
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg import get_lapack_funcs
 
 from ._features import pair_indices
 
@@ -114,6 +115,10 @@ class TokenStandardizer:
         )
         self.weight_exponent = int(weight_exponent)
         self._inverse = None
+        # diag(2**-e) W as one matrix, when its entries stay normal numbers.
+        self._matrix = None
+        if self.whitening is not None and np.abs(self.exponents).max(initial=0) < 900:
+            self._matrix = np.ldexp(self.whitening, -self.exponents[:, None])
 
     @classmethod
     def identity(cls, d, d_out=None):
@@ -141,8 +146,8 @@ class TokenStandardizer:
         return bool(np.array_equal(self.exponents, other.exponents) and same_w and same_y
                     and self.weight_exponent == other.weight_exponent)
 
-    def __hash__(self):  # pragma: no cover - mutable arrays: identity hash
-        return id(self)
+    # Equality compares the arrays, which may change: not hashable.
+    __hash__ = None
 
     def __repr__(self):
         return (f"TokenStandardizer(d={self.d}, whitened={self.whitened}, "
@@ -153,12 +158,19 @@ class TokenStandardizer:
     def transform(self, X):
         """Standardized float64 tokens of X (..., d); zero tokens stay zero."""
         X = np.asarray(X, dtype=np.float64)
+        what = "The inputs in the training data's standardized units"
+        shape = X.shape
+        if self.whitening is not None and self._matrix is not None:
+            # One product: x_j (2**-e_j W_jk) rounds exactly as (x_j 2**-e_j) W_jk;
+            # as one 2-D GEMM (a stacked matmul would be one tiny GEMM per sequence).
+            with np.errstate(over="ignore"):
+                return _check_finite(X.reshape(-1, self.d) @ self._matrix, what).reshape(shape)
         if self.exponents.any():
             # Inputs far larger than the training data can leave float64 here.
-            X = _check_finite(_ldexp(X, -self.exponents),
-                              "The inputs in the training data's standardized units")
+            with np.errstate(over="ignore"):
+                X = _check_finite(_pow2_scale(X, -self.exponents), what)
         if self.whitening is not None:
-            X = X @ self.whitening
+            X = (X.reshape(-1, self.d) @ self.whitening).reshape(shape)
         return X
 
     def transform_targets(self, Y):
@@ -378,10 +390,71 @@ class TokenStandardizer:
             return None
         return int(-6 * self.exponents[0]) if self.d else 0
 
-    def penalty_matrix(self, alpha):
-        """``alpha K K^T`` as a dense (psi, psi) matrix in standardized coordinates."""
-        A, B, shift = self.penalty_factors()
-        return np.ldexp(np.kron(A, B), shift) * alpha
+
+def _column_abs_max(A):
+    """``np.abs(A).max(axis=0)`` of a 2-D array, fast for few columns.
+
+    A reduction over the rows of an (m, d) array with small d runs d lanes
+    wide; grouping k rows into one row of k * d values makes it k times wider.
+    """
+    m, d = A.shape
+    k = max(1, 1024 // max(d, 1))
+    head = (m // k) * k
+    out = np.zeros(d)
+    if head:
+        B = A[:head].reshape(-1, k * d)
+        out = np.maximum(B.max(axis=0), -B.min(axis=0)).reshape(k, d).max(axis=0)
+    if head < m:
+        out = np.maximum(out, np.abs(A[head:]).max(axis=0))
+    return out
+
+
+def _pow2_scale(X, e, order="K"):
+    """``X * 2**e`` per last axis, exactly (a product by exact powers of two)."""
+    e = np.asarray(e)
+    if np.abs(e).max(initial=0) < 1000:  # 2**e is a normal float64: multiply
+        return np.multiply(X, np.ldexp(1.0, e), order=order)
+    out = np.ldexp(X, e)
+    return np.asfortranarray(out) if order == "F" else out
+
+
+def _r_factor(A):
+    """The triangular factor R (min(m, d) x d) of a QR factorisation of A (m x d).
+
+    CholeskyQR: R = chol(A^T A)^T, one GEMM, accurate to ``eps cond(A)**2``;
+    when the Cholesky factor's diagonal shows a condition number above 100
+    (so that squaring could cost more than about 1e-12), one more pass
+    ``A chol^{-T}`` (CholeskyQR2) brings it to ``eps``, for ``cond(A)`` up to
+    about 1e8; beyond that, or for a singular A, LAPACK's Householder QR.
+    """
+    m, d = A.shape
+    if m == 0:
+        return np.zeros((0, d))
+    if m >= d:
+        try:
+            L = scipy.linalg.cholesky(A.T @ A, lower=True, check_finite=False)
+            diag = np.abs(np.diagonal(L))
+            if diag.min() > 0 and diag.max() < 1e8 * diag.min():
+                if diag.max() <= 100 * diag.min():
+                    return L.T
+                Q1 = scipy.linalg.solve_triangular(L, A.T, lower=True, check_finite=False)
+                L2 = scipy.linalg.cholesky(Q1 @ Q1.T, lower=True, check_finite=False)
+                return L2.T @ L.T
+        except np.linalg.LinAlgError:
+            pass
+    A = np.array(A, dtype=np.float64, order="F")  # a copy: geqrf works in place
+    geqrf, = get_lapack_funcs(("geqrf",), (A,))
+    qr, _, _, info = geqrf(A, overwrite_a=1)
+    if info != 0:  # pragma: no cover - LAPACK argument errors only
+        raise ValueError(f"LAPACK geqrf failed (info={info}).")
+    return np.triu(qr[: min(m, d)])
+
+
+def _stacked_r(R1, R2):
+    """R of the two stacked matrices whose R factors are R1 and R2."""
+    if R1.shape[0] == 0:
+        return R2[: R2.shape[1]].copy()
+    return _r_factor(np.vstack([R1, R2]))[: R1.shape[1]]
 
 
 class StandardizerAccumulator:
@@ -441,9 +514,10 @@ class StandardizerAccumulator:
                 Yc = None if Yc is None else Yc[keep]
             if Xc.shape[0] == 0:
                 continue
-            self._add_tokens(Xc[real], lc, None if wc is None else np.repeat(wc, lc))
+            tokens = Xc.reshape(-1, d) if real.all() else Xc[real]
+            self._add_tokens(tokens, lc, None if wc is None else np.repeat(wc, lc))
             if Yc is not None:
-                m = np.abs(Yc).reshape(-1, Yc.shape[-1]).max(axis=0, initial=0.0)
+                m = _column_abs_max(Yc.reshape(-1, Yc.shape[-1]))
                 self._ey = np.maximum(self._ey, np.where(m > 0, _exponent(m), _NEVER))
         return self
 
@@ -461,19 +535,30 @@ class StandardizerAccumulator:
 
     def _add_tokens(self, tokens, lc, wt):
         """Real tokens (m, d) of a chunk, their sequences' lengths and per-token weights."""
-        col = np.abs(tokens).max(axis=0, initial=0.0)
+        col = _column_abs_max(tokens)
         e_new = np.maximum(self._e, np.where(col > 0, _exponent(col), _NEVER))
         ew = 0 if wt is None else int(_exponent(wt.max()))
         self._rescale(e_new, max(self._ew, ew))
         e = np.where(self._e == _NEVER, 0, self._e)
-        Xs = np.ldexp(tokens, -e)
-        self._nonzero += int(np.count_nonzero(Xs))
-        self._entries += Xs.size
-        ws = np.ldexp(np.ones(Xs.shape[0]) if wt is None else wt, -self._ew)
-        Xs *= np.sqrt(ws)[:, None]
-        self._R = scipy.linalg.qr(np.vstack([self._R, Xs]), mode="r",
-                                  check_finite=False)[0][: self.d]
-        self._total += float(ws.sum())
+        self._nonzero += int(np.count_nonzero(tokens))
+        self._entries += tokens.size
+        moderate = np.abs(e).max(initial=0) < 400  # squares stay far from overflow
+        if wt is None:
+            ws_sum = float(np.ldexp(float(tokens.shape[0]), -self._ew))
+            Xs = tokens if moderate else _pow2_scale(tokens, -e)
+        else:
+            ws = np.ldexp(wt, -self._ew)
+            Xs = tokens * np.sqrt(ws)[:, None]
+            if not moderate:
+                Xs = _pow2_scale(Xs, -e)
+            ws_sum = float(ws.sum())
+        R = _r_factor(Xs)
+        if moderate:  # R of the scaled tokens: columns scaled alike, exactly
+            R = _pow2_scale(R, -e)
+        if wt is None and self._ew:
+            R = R * np.sqrt(np.ldexp(1.0, -self._ew))
+        self._R = _stacked_r(self._R, R)
+        self._total += ws_sum
 
     def merge(self, other):
         """Add another accumulator's batches (in place)."""
@@ -488,8 +573,7 @@ class StandardizerAccumulator:
         ew = max(self._ew, other._ew)
         self._rescale(e_new, ew)
         other._rescale(e_new, ew)
-        self._R = scipy.linalg.qr(np.vstack([self._R, other._R]), mode="r",
-                                  check_finite=False)[0][: self.d]
+        self._R = _stacked_r(self._R, other._R)
         self._total += other._total
         if self._ey is not None and other._ey is not None:
             self._ey = np.maximum(self._ey, other._ey)
