@@ -834,11 +834,12 @@ def _penalized_solve(G, moment, alpha, standardizer):
     m = int(_exponent_of(scale))
     lp = shift + int(_exponent_of(alpha))
     top = max(m, lp)
-    Gs = np.ldexp(G, -top)
-    Gs += np.ldexp(np.kron(A, B), shift - top) * alpha
+    Ms = np.ldexp(G, -top)
+    Ms += np.ldexp(np.kron(A, B), shift - top) * alpha
     b = np.ldexp(moment, -top)
-    diag = np.sqrt(np.clip(np.diagonal(Gs), np.finfo(np.float64).tiny, None))
-    Ms = Gs / diag[:, None] / diag[None, :]
+    diag = np.sqrt(np.clip(np.diagonal(Ms), np.finfo(np.float64).tiny, None))
+    Ms /= diag[:, None]  # in place: one psi x psi array beside G
+    Ms /= diag[None, :]
     try:
         c, low = scipy.linalg.cho_factor(Ms, lower=True, check_finite=False)
         z = scipy.linalg.cho_solve((c, low), b / diag[:, None], check_finite=False)

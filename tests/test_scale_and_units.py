@@ -256,3 +256,23 @@ def test_float16_is_judged_by_its_own_precision():
     assert cert.tol == pytest.approx(cert.max_eigenvalue * 18 * eps**2, rel=1e-12)
     assert cert and LinearAttentionRegressor().fit(X16, X16[:, -1, 0]).certificate_.dtype == \
         np.float16
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_ridge_penalizes_the_coefficients_in_the_data_units(solver):
+    # alpha ||coef_||**2 as scikit-learn's Ridge on the features, whatever the
+    # (whitened, scaled) coordinates the solver works in.
+    from sklearn.linear_model import Ridge
+
+    from sklearn_linattn import LinearAttentionFeatures
+
+    rng = np.random.default_rng(13)
+    A = np.array([[3.0, 0.5, 0.0], [0.0, 0.2, 0.1], [0.4, 0.0, 1.5]])
+    X = rng.normal(size=(70, 5, 3)) @ A
+    y = rng.normal(size=70)
+    H = LinearAttentionFeatures().fit_transform(X)
+    for alpha in (1e-2, 10.0):
+        expected = Ridge(alpha=alpha, fit_intercept=False, solver="svd").fit(H, y).coef_
+        model = _fit(solver, X, y, alpha=alpha)
+        np.testing.assert_allclose(model.coef_[0], expected, rtol=1e-7,
+                                   atol=1e-9 * np.abs(expected).max())
