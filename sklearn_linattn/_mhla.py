@@ -20,6 +20,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from ._features import iter_sample_chunks, pair_indices
+from ._standardize import SAFE_EXPONENT, scale_per_sample
 from ._validation import (
     as_real_array,
     check_lengths,
@@ -57,10 +58,6 @@ def _check_heads(V, Q):
     return V, Q
 
 
-# Sequences whose largest entry is within 2**+-200 need no rescaling: their
-# cubic products stay within 2**+-600 (times the heads, rescaled to ~1) and far
-# from over- and underflow.
-_SAFE_EXPONENT = 200
 
 
 def _exponent(a, axis=None):
@@ -193,17 +190,8 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
         # Running d x d moments, or the masked n_tokens x n_tokens scores per head.
         per_sample = n_tokens * min(d * d, n_heads * n_tokens) + n_tokens * n_heads * d
     for sl in iter_sample_chunks(n_samples, per_sample):
-        Xc = np.asarray(X[sl], dtype=np.float64)
-        # Padding is zero here, so the maximum is over real tokens (max and
-        # -min: no temporary |X|).
-        flat = Xc.reshape(Xc.shape[0], -1)
-        e = np.frexp(np.maximum(flat.max(axis=1), -flat.min(axis=1)))[1]
-        if np.any(np.abs(e) > _SAFE_EXPONENT):
-            Xc = np.ldexp(Xc, -e[:, None, None])
-        else:
-            # Every product stays far inside the float64 range: skip the copy
-            # (the result is the same, scaling by 2**e being exact).
-            e = np.zeros_like(e)
+        # Padding is zero here, so the scale is that of the real tokens.
+        Xc, e = scale_per_sample(X[sl], safe=SAFE_EXPONENT)
         if readout == "last":
             y = _forward_last(Xc, V, Q, lengths[sl])
         else:

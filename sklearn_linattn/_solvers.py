@@ -50,7 +50,7 @@ from ._features import (
     prefix_features,
     row_factors,
 )
-from ._standardize import TokenStandardizer, feature_map, standardizer_for
+from ._standardize import TokenStandardizer, _exponent, feature_map, standardizer_for
 from ._validation import check_lengths_array, check_readout
 
 __all__ = [
@@ -831,8 +831,8 @@ def _penalized_solve(G, moment, alpha, standardizer):
     """
     A, B, shift = standardizer.penalty_factors()
     scale = max(float(np.abs(G).max(initial=0.0)), np.finfo(np.float64).tiny)
-    m = int(_exponent_of(scale))
-    lp = shift + int(_exponent_of(alpha))
+    m = int(_exponent(scale))
+    lp = shift + int(_exponent(alpha))
     top = max(m, lp)
     Ms = np.ldexp(G, -top)
     Ms += np.ldexp(np.kron(A, B), shift - top) * alpha
@@ -848,10 +848,6 @@ def _penalized_solve(G, moment, alpha, standardizer):
         keep = w > eigenvalue_tolerance(w.max(), w.size)
         z = (U[:, keep] / w[keep]) @ (U[:, keep].T @ (b / diag[:, None]))
     return (z / diag[:, None]).T
-
-
-def _exponent_of(value):
-    return np.frexp(float(value))[1] - 1 if value else 0
 
 
 def _ridge_coef(w, U, moment, alpha, tol, standardizer, gram=None):

@@ -42,6 +42,10 @@ __all__ = ["StandardizerAccumulator", "TokenStandardizer", "scale_per_sample", "
 
 # Tokens with at most this fraction of non-zero entries are not whitened.
 SPARSE_DENSITY = 0.25
+# Sequences whose largest entry is within 2**+-SAFE_EXPONENT need no rescaling
+# before a cubic product: it stays within 2**+-600 (times coefficients or
+# heads of moderate size), far from over- and underflow.
+SAFE_EXPONENT = 200
 # A direction of the token second moment counts as empty when its eigenvalue
 # is below this many times the package's zero-eigenvalue rule.
 _NULL_VARIANCE_MARGIN = 100.0
@@ -409,13 +413,12 @@ def _column_abs_max(A):
     return out
 
 
-def _pow2_scale(X, e, order="K"):
+def _pow2_scale(X, e):
     """``X * 2**e`` per last axis, exactly (a product by exact powers of two)."""
     e = np.asarray(e)
     if np.abs(e).max(initial=0) < 1000:  # 2**e is a normal float64: multiply
-        return np.multiply(X, np.ldexp(1.0, e), order=order)
-    out = np.ldexp(X, e)
-    return np.asfortranarray(out) if order == "F" else out
+        return X * np.ldexp(1.0, e)
+    return np.ldexp(X, e)
 
 
 def _r_factor(A):
@@ -671,11 +674,22 @@ def _symmetric_frame(W, e):
     return W @ (Vt.T @ U.T)
 
 
-def scale_per_sample(X):
-    """Each sequence of X (n, t, d) scaled by a power of two into [1, 2): ``(X * 2**-f, f)``."""
+def scale_per_sample(X, safe=None):
+    """Each sequence of X (n, t, d) scaled by a power of two into [1, 2): ``(X * 2**-f, f)``.
+
+    Outputs cubic in a sequence scale by ``2**(3 f)``, exactly.  With ``safe``,
+    a chunk whose every exponent is within ``+-safe`` is returned as it is
+    (f = 0: its products stay far inside float64, and no copy is made).
+    NaN entries (padding) are ignored.
+    """
     X = np.asarray(X, dtype=np.float64)
-    peak = np.abs(X).reshape(X.shape[0], -1).max(axis=1, initial=0.0)
-    f = np.where(peak > 0, _exponent(peak), 0).astype(np.int64)
+    flat = X.reshape(X.shape[0], -1)
+    with np.errstate(invalid="ignore"):
+        peak = np.fmax(np.fmax.reduce(flat, axis=1, initial=0.0),
+                       -np.fmin.reduce(flat, axis=1, initial=0.0))
+    f = _exponent(peak)
+    if safe is not None and np.abs(f).max(initial=0) <= safe:
+        return X, np.zeros_like(f)
     return np.ldexp(X, -f[:, None, None]), f
 
 

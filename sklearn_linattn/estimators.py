@@ -36,7 +36,12 @@ from ._solvers import (
     solve,
     solve_statistics,
 )
-from ._standardize import StandardizerAccumulator, TokenStandardizer, scale_per_sample
+from ._standardize import (
+    SAFE_EXPONENT,
+    StandardizerAccumulator,
+    TokenStandardizer,
+    scale_per_sample,
+)
 from ._validation import (
     check_data_format,
     check_readout,
@@ -1147,7 +1152,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         for sl in iter_sample_chunks(n_samples, per_sample):
             # Standardized like the training data, then each sequence scaled by
             # a power of two 2**-f (its outputs scale by 2**(3 f), exactly).
-            Xc, f = scale_per_sample(st.transform(X[sl]))
+            Xc, f = scale_per_sample(st.transform(X[sl]), safe=SAFE_EXPONENT)
             S, x, sample = row_factors(Xc, lengths[sl], self.readout)
             S = st.scale_moments(S)
             out = st.outputs_to_user(np.ldexp(features_matvec(S, x, coef),
