@@ -3,7 +3,7 @@
 N Gaussian sequences of n tokens (entries N(0, 1/n)) labelled by a random
 one-head MHLA, created in place by :func:`teacher_data` (which the ``cg``,
 ``samples`` and ``memory`` rows of ``benchmarks/rows.py`` use too).
-Then :func:`~sklearn_linattn._solvers.solve_cg` runs with its phases timed:
+Then :func:`~sklearn_linattn._solvers.cg.solve_cg` runs with its phases timed:
 the setup pass (which fills the row-factor cache), CG, and the certificate
 (Lanczos for lambda_max, CG from a random start and, when needed, LOBPCG
 for lambda_min), with the number of cached
@@ -33,7 +33,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from sklearn_linattn import LinearAttentionRegressor, mhla_forward
-from sklearn_linattn import _solvers
+from sklearn_linattn import _spectrum as spectrum
+from sklearn_linattn._solvers import Design
+from sklearn_linattn._solvers import cg
+from sklearn_linattn._standardize import TokenStandardizer
 
 
 def teacher_data(rng, n_samples, n_tokens, d, *, token_scale):
@@ -86,7 +89,7 @@ class _Timed:
 @contextlib.contextmanager
 def _progress():
     """Print when CG and the certificate end (wall and CPU seconds since the start)."""
-    pcg, extremes = _solvers._pcg, _solvers._implicit_extremes
+    pcg, extremes = cg.pcg, cg.implicit_extremes
     wall, cpu = time.perf_counter(), time.process_time()
 
     def report(name, fn):
@@ -99,12 +102,13 @@ def _progress():
             return out
         return wrapper
 
-    _solvers._pcg = report("CG", pcg)
-    _solvers._implicit_extremes = report("certificate", extremes)
+    cg.pcg = spectrum.pcg = report("CG", pcg)
+    cg.implicit_extremes = report("certificate", extremes)
     try:
         yield
     finally:
-        _solvers._pcg, _solvers._implicit_extremes = pcg, extremes
+        cg.pcg = spectrum.pcg = pcg
+        cg.implicit_extremes = extremes
 
 
 def time_products(X, repeats=2):
@@ -112,7 +116,7 @@ def time_products(X, repeats=2):
     lengths = np.full(X.shape[0], X.shape[1])
     out = {}
     for cache in (None, "float64", "float32"):
-        op = _solvers._ImplicitGram(X, lengths, "last", cache_dtype=cache)
+        op = cg._ImplicitGram(X, lengths, "last", cache_dtype=cache)
         op.setup(None)
         v = np.random.default_rng(0).standard_normal((op.psi, 1))
         best = (np.inf, np.inf)
@@ -127,10 +131,10 @@ def time_products(X, repeats=2):
 def time_solve(X, y, cache="auto", tol=1e-8):
     """solve_cg with its phases timed; returns a dict of numbers."""
     lengths = np.full(X.shape[0], X.shape[1])
-    timers = [_Timed(_solvers._ImplicitGram, name)
+    timers = [_Timed(cg._ImplicitGram, name)
               for name in ("setup", "matmat", "matmat_exact")]
     phases = {}
-    pcg, extremes = _solvers._pcg, _solvers._implicit_extremes
+    pcg, extremes = cg.pcg, cg.implicit_extremes
 
     def timed(name, fn):
         def wrapper(*args, **kwargs):
@@ -143,17 +147,19 @@ def time_solve(X, y, cache="auto", tol=1e-8):
                 phases[key] = phases.get(key, 0.0) + time.perf_counter() - start
         return wrapper
 
-    _solvers._pcg = timed("cg", pcg)
-    _solvers._implicit_extremes = timed("certificate", extremes)
+    cg.pcg = spectrum.pcg = timed("cg", pcg)
+    cg.implicit_extremes = timed("certificate", extremes)
     try:
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            solution, setup = _solvers.solve_cg(X, lengths, y[:, None], tol=tol,
-                                                cache_dtype=cache)
+            design = Design(X, lengths, y[:, None], "last", None,
+                            TokenStandardizer.identity(X.shape[2], 1), np.dtype(np.float64))
+            solution = cg.solve_cg(design, 0.0, dict(tol=tol, cache_dtype=cache))
         total = time.perf_counter() - start
     finally:
-        _solvers._pcg, _solvers._implicit_extremes = pcg, extremes
+        cg.pcg = spectrum.pcg = pcg
+        cg.implicit_extremes = extremes
         for t in timers:
             t.restore()
     counts = {t.name: (t.calls, t.seconds) for t in timers}

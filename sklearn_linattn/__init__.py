@@ -7,17 +7,11 @@ global optimum; the solution converts back into attention heads.
 
 from ._certificate import IdentifiabilityCertificate, Witness, certify_identifiability
 from ._features import attention_kernel
-from ._mhla import (
-    attention_coefficients,
-    compress_heads,
-    heads_from_coefficients,
-    mhla_forward,
-    mhla_generate,
-    same_function,
-)
+from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
+from ._heads import compress_heads, heads_from_coefficients
 from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
 from ._io import load_model, save_model
-from .gradient import AdamLinearAttentionRegressor
+from .adam import AdamLinearAttentionRegressor
 from . import datasets
 from . import metrics
 

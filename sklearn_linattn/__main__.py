@@ -293,7 +293,7 @@ def _demo_bytes(d, n_heads, n_samples, max_len):
 
 def _check_demo_size(args):
     from ._features import n_attention_features
-    from ._solvers import default_memory_budget
+    from ._memory import default_memory_budget
 
     budget = default_memory_budget()
     need = _demo_bytes(args.d, args.heads, args.n_samples, args.max_len)

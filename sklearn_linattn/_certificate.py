@@ -33,13 +33,13 @@ import scipy.sparse
 
 from ._features import (
     attention_features,
-    iter_sample_chunks,
     n_attention_features,
     prefix_features,
+    sparse_feature_rows,
 )
-from ._mhla import heads_from_coefficients
-from ._sparse import sparse_feature_rows
-from ._solvers import SOLVERS, solve, solve_eigh
+from ._heads import heads_from_coefficients
+from ._memory import iter_sample_chunks
+from ._solvers import SOLVERS, solve_arrays, solve_eigh
 from ._standardize import TokenStandardizer, scale_per_sample
 from ._validation import (
     check_data_format,
@@ -1028,9 +1028,10 @@ def certify_identifiability(
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
     X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
-    solution, stats = solve(
+    solution = solve_arrays(
         X, lengths, None, readout=readout, solver=solver, sample_weight=sample_weight
     )
+    stats = solution.counts
     if (
         tol is not None
         and solution.eigenvectors is None

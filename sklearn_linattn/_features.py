@@ -15,8 +15,15 @@ import functools
 
 import numpy as np
 
+import scipy.sparse
+
+from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
+from ._validation import check_lengths_array, check_readout
+
 __all__ = [
     "attention_features",
+    "fold_coefficients",
+    "unfold_coefficients",
     "attention_kernel",
     "feature_names",
     "features_matvec",
@@ -27,40 +34,10 @@ __all__ = [
     "pair_indices",
     "prefix_features",
     "row_factors",
+    "sparse_feature_rows",
+    "sparse_target_rows",
 ]
 
-
-# Transient arrays of one chunk of samples hold at most this many float64
-# values (2**22 values, 32 MiB).
-_CHUNK_VALUES = 2**22
-
-
-def iter_sample_chunks(n_samples, values_per_sample, budget=None):
-    """Slices of consecutive samples whose work arrays fit the memory budget.
-
-    Parameters
-    ----------
-    n_samples : int
-    values_per_sample : int
-        Number of float64 values one sample needs in its work arrays.
-    budget : int or None
-        Number of values a chunk may use; None means the module's
-        ``_CHUNK_VALUES`` (2**22, 32 MiB), read at each call.
-
-    Yields
-    ------
-    slice
-
-    Examples
-    --------
-    >>> from sklearn_linattn._features import iter_sample_chunks
-    >>> list(iter_sample_chunks(5, 10, budget=20))
-    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
-    """
-    budget = _CHUNK_VALUES if budget is None else budget
-    step = max(1, budget // max(1, int(values_per_sample)))
-    for start in range(0, n_samples, step):
-        yield slice(start, min(start + step, n_samples))
 
 
 def pair_indices(d):
@@ -123,7 +100,7 @@ def pair_index_matrix(d):
 
 def n_attention_features(d):
     """Number of folded cubic features, psi = d**2 * (d + 1) / 2."""
-    return d * d * (d + 1) // 2
+    return d * n_pairs(d)
 
 
 def folded_second_moments(X):
@@ -218,7 +195,7 @@ def row_factors(X, lengths, readout="last"):
         # No padding: every position is a row, in the same sample-major order.
         return (St.reshape(St.shape[0], -1).T, X.reshape(-1, d),
                 np.repeat(np.arange(n_samples), n_tokens))
-    real = np.arange(n_tokens)[None, :] < lengths[:, None]
+    real = real_tokens(lengths, n_tokens)
     sample = np.nonzero(real)[0]
     return St[:, real].T, X[real], sample
 
@@ -344,7 +321,7 @@ def prefix_features(X, lengths):
         padded positions are zero.
     """
     H = _outer_features(_prefix_moments(X), X)
-    H[np.arange(X.shape[1])[None, :] >= lengths[:, None]] = 0.0
+    H[~real_tokens(lengths, X.shape[1])] = 0.0
     return H
 
 
@@ -440,3 +417,192 @@ def feature_names(d, input_features=None):
         for l in range(d)
     ]
     return np.asarray(out, dtype=object)
+
+
+def fold_coefficients(C):
+    """Fold a full coefficient tensor C[a, j, k, l] into psi coefficients.
+
+    Only ``C[a, j, k, l] + C[a, k, j, l]`` reaches the output because S is
+    symmetric; the folded vector keeps that sum once per pair j <= k.
+
+    Parameters
+    ----------
+    C : ndarray of shape (d_out, d, d, d)
+
+    Returns
+    -------
+    coef : ndarray of shape (d_out, psi)
+    """
+    d_out, d = C.shape[0], C.shape[1]
+    j, k = pair_indices(d)
+    sym = C + C.transpose(0, 2, 1, 3)
+    sym[:, np.arange(d), np.arange(d)] *= 0.5
+    return sym[:, j, k, :].reshape(d_out, -1)
+
+
+def unfold_coefficients(coef, d):
+    """Spread folded coefficients symmetrically over C[a, j, k, l] and C[a, k, j, l].
+
+    Any split of each pair computes the same function; the symmetric one is
+    the minimum-norm one.
+
+    Returns
+    -------
+    C : ndarray of shape (d_out, d, d, d)
+    """
+    coef = np.asarray(coef, dtype=np.float64)
+    d_out = coef.shape[0]
+    j, k = pair_indices(d)
+    c = coef.reshape(d_out, len(j), d)
+    C = np.zeros((d_out, d, d, d))
+    C[:, j, k, :] = 0.5 * c
+    C[:, k, j, :] += 0.5 * c
+    return C
+
+
+def _kron_rows(S, x):
+    """CSR rows ``kron(S_r, x_r)`` of dense factors, only their non-zero products.
+
+    Parameters
+    ----------
+    S : ndarray of shape (n_rows, P)
+    x : ndarray of shape (n_rows, d)
+
+    Returns
+    -------
+    indptr, indices, data : ndarrays of one CSR matrix of shape (n_rows, P * d)
+        Column indices sorted within each row (``p * d + l`` increases with p,
+        then l).
+    """
+    n_rows, d = x.shape
+    sr, sp = np.nonzero(S)  # row-major: sorted by row, then by pair p
+    xr, xl = np.nonzero(x)
+    x_count = np.bincount(xr, minlength=n_rows)
+    x_ptr = np.concatenate([[0], np.cumsum(x_count)])
+    rep = x_count[sr]  # each non-zero S_rp pairs with every non-zero x_rl
+    total = int(rep.sum())
+    entry = np.repeat(np.arange(sr.size), rep)
+    offset = np.arange(total) - np.repeat(np.cumsum(rep) - rep, rep)
+    xi = x_ptr[sr[entry]] + offset
+    indices = sp[entry] * d + xl[xi]
+    data = S[sr[entry], sp[entry]] * x[xr[xi], xl[xi]]
+    row_nnz = np.bincount(sr, weights=rep, minlength=n_rows).astype(np.int64)
+    indptr = np.concatenate([[0], np.cumsum(row_nnz)])
+    return indptr, indices, data
+
+
+def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, standardizer=None,
+                        memory_budget=None):
+    """The feature rows H as a scipy.sparse CSR matrix.
+
+    Same rows, same order and same feature order as the dense
+    :func:`attention_features` (``"last"``) and the real rows of
+    :func:`prefix_features` (``"all"``), and the same values
+    (the products of the same factors), for any float input; only the
+    non-zero products are formed, chunk by chunk of sequences.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Padded sequences; values at positions ``>= lengths`` are ignored
+        (zero or NaN).
+    lengths : ndarray of int, shape (n_samples,)
+        Number of real tokens of each sequence.
+    readout : {"last", "all"}, default="last"
+        ``"last"``: one row per sequence.  ``"all"``: one row per real token
+        (the features of the prefix ending there), sample-major.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        When given, rows of sequences with weight 0 are dropped (the other
+        rows are not scaled).
+    standardizer : TokenStandardizer or None, default=None
+        Build the rows of the standardized tokens (float64); a power-of-two
+        scaling per coordinate keeps them as sparse as the tokens.
+    memory_budget : int or None, default=None
+        Bytes the rows may take (None: no limit); a ValueError is raised as
+        soon as the non-zeros built so far exceed it, before any more is
+        allocated.
+
+    Returns
+    -------
+    H : scipy.sparse.csr_matrix of shape (n_rows, psi)
+        dtype float64, or float32 for float32 X (as the dense features).
+    sample : ndarray of int, shape (n_rows,)
+        Index of the sequence each row comes from.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features
+    >>> from sklearn_linattn._features import sparse_feature_rows
+    >>> X = np.eye(4)[np.random.default_rng(0).integers(0, 4, size=(5, 3))]  # one-hot
+    >>> H, sample = sparse_feature_rows(X, np.full(5, 3))
+    >>> H.shape, int(H.nnz) <= 5 * 6
+    ((5, 40), True)
+    >>> bool(np.array_equal(H.toarray(), attention_features(X, np.full(5, 3))))
+    True
+    """
+    check_readout(readout)
+    X = np.asarray(X)
+    if X.ndim != 3:
+        raise ValueError(f"X must be an array of shape (n_samples, n_tokens, d); got {X.shape}.")
+    n_samples, n_tokens, d = X.shape
+    lengths = check_lengths_array(lengths, n_samples, n_tokens).astype(np.int64, copy=False)
+    dtype = np.float32 if X.dtype == np.float32 and standardizer is None else np.float64
+    keep = None
+    if sample_weight is not None:
+        keep = np.asarray(sample_weight) > 0
+    psi = n_attention_features(d)
+    indptrs, indices, data, samples = [], [], [], []
+    n_rows, nnz = 0, 0
+    # The chunk's tokens (as given and standardized), its moments and rows.
+    per_sample = sample_values(d, n_tokens, readout, n_pairs(d) + d) + n_tokens * d
+    for sl in iter_sample_chunks(n_samples, per_sample):
+        Xc, lc = X[sl].astype(dtype, copy=False), lengths[sl]
+        if keep is not None and not keep[sl].all():
+            Xc, lc = Xc[keep[sl]], lc[keep[sl]]
+            base = np.flatnonzero(keep[sl]) + sl.start
+        else:
+            base = np.arange(sl.start, sl.stop)
+        if Xc.shape[0] == 0:
+            continue
+        Xc = zero_padding(Xc, lc)
+        if standardizer is not None:
+            Xc = standardizer.transform(Xc)
+        S, x, sample = row_factors(Xc, lc, readout)
+        if standardizer is not None:
+            S = standardizer.scale_moments(S)
+        ptr, ind, val = _kron_rows(S, x)
+        if memory_budget is not None and (nnz + int(ptr[-1])) * 16 > memory_budget:
+            raise ValueError(
+                f"the sparse feature rows need more than the memory budget of "
+                f"{memory_budget / 2**30:.3g} GiB (half the physical memory): "
+                f"{nnz + int(ptr[-1])} non-zeros after {sl.stop} of {n_samples} sequences, "
+                "so the data are not sparse enough for solver='lsmr'; use solver='cg'."
+            )
+        indptrs.append(ptr[1:] + nnz)
+        indices.append(ind)
+        data.append(val.astype(dtype, copy=False))
+        samples.append(base[sample])
+        n_rows += S.shape[0]
+        nnz += int(ptr[-1])
+    index_dtype = np.int32 if max(nnz, psi) < 2**31 else np.int64
+    indptr = np.concatenate([[0]] + indptrs).astype(index_dtype)
+    indices = np.concatenate([np.zeros(0, np.int64)] + indices).astype(index_dtype)
+    data = np.concatenate([np.zeros(0, dtype)] + data)
+    sample = np.concatenate([np.zeros(0, np.int64)] + samples)
+    H = scipy.sparse.csr_matrix((data, indices, indptr), shape=(n_rows, psi))
+    return H, sample
+
+
+def sparse_target_rows(Y, lengths, readout, sample):
+    """Targets of the rows of :func:`sparse_feature_rows` (same order), float64."""
+    Y = np.asarray(Y, dtype=np.float64)
+    if readout == "last":
+        return Y[sample]
+    real = real_tokens(lengths, Y.shape[1])
+    rows = Y[real]
+    # ``sample`` lists the kept rows in sample-major order; map them back.
+    all_sample = np.nonzero(real)[0]
+    if all_sample.size == sample.size:
+        return rows
+    return rows[np.isin(all_sample, np.unique(sample))]

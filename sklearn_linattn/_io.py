@@ -22,8 +22,9 @@ from numpy.lib import format as npy_format
 from sklearn.utils.validation import check_is_fitted
 
 from ._features import n_attention_features
-from ._mhla import attention_coefficients
-from ._solvers import SOLVERS, default_memory_budget
+from ._attention import attention_coefficients
+from ._memory import default_memory_budget
+from ._solvers import SOLVERS
 from ._standardize import TokenStandardizer
 from .estimators import LinearAttentionRegressor
 

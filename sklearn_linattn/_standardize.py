@@ -36,7 +36,9 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg import get_lapack_funcs
 
-from ._features import pair_indices
+from ._features import fold_coefficients, pair_indices, unfold_coefficients
+from ._memory import iter_sample_chunks
+from ._spectrum import eigenvalue_tolerance
 
 __all__ = ["StandardizerAccumulator", "TokenStandardizer", "scale_per_sample", "standardizer_for"]
 
@@ -57,6 +59,11 @@ def _exponent(values):
     """Integer e with ``2**e <= |v| < 2**(e + 1)`` elementwise (0 where v == 0)."""
     mantissa, exp = np.frexp(np.asarray(values, dtype=np.float64))
     return np.where(mantissa == 0, 0, exp - 1).astype(np.int64)
+
+
+def max_exponent(a, axis=None):
+    """Binary exponent e with ``max|a| = m * 2**e``, 0.5 <= m < 1 (0 for zeros)."""
+    return np.frexp(np.max(np.abs(a), axis=axis, initial=0.0))[1]
 
 
 def _ldexp(x, e):
@@ -248,8 +255,6 @@ class TokenStandardizer:
 
         ``targets=False`` maps a direction (no target scaling), e.g. a null vector.
         """
-        from ._mhla import fold_coefficients, unfold_coefficients
-
         coef = np.asarray(coef, dtype=np.float64)
         if coef.ndim == 1:
             return self.coef_to_user(coef[None], targets=targets)[0]
@@ -267,8 +272,6 @@ class TokenStandardizer:
 
     def coef_from_user(self, coef, *, targets=True):
         """Inverse of :meth:`coef_to_user`."""
-        from ._mhla import fold_coefficients, unfold_coefficients
-
         coef = np.asarray(coef, dtype=np.float64)
         if coef.ndim == 1:
             return self.coef_from_user(coef[None], targets=targets)[0]
@@ -498,7 +501,6 @@ class StandardizerAccumulator:
         """Add a batch: X of shape (n_samples, n_tokens, d) (values at positions
         ``>= lengths`` ignored), targets as validated (zeros at padded
         positions), non-negative weights or None."""
-        from ._features import iter_sample_chunks
 
         X = np.asarray(X)
         if X.dtype.kind == "f" and X.dtype.itemsize < self.dtype.itemsize:
@@ -595,7 +597,6 @@ class StandardizerAccumulator:
 
     def finish(self):
         """The :class:`TokenStandardizer` of the batches seen."""
-        from ._solvers import eigenvalue_tolerance
 
         seen = self._e != _NEVER
         # A coordinate that is zero in every token carries no data: give it the

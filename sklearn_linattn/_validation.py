@@ -816,3 +816,20 @@ def check_sample_weight(sample_weight, n_samples, *, name="sample_weight"):
         i = int(np.flatnonzero(w < 0)[0])
         raise ValueError(f"{name} must be non-negative; got {name}[{i}] = {w[i]!r}.")
     return w
+
+
+def check_heads(V, Q):
+    """Validated float64 heads: V of shape (n_heads, d_out, d), Q of shape (n_heads, d, d)."""
+    V = as_real_array(V, "V", finite=True)
+    Q = as_real_array(Q, "Q", finite=True)
+    if V.ndim != 3 or Q.ndim != 3:
+        raise ValueError(
+            "V must have shape (n_heads, d_out, d) and Q shape (n_heads, d, d); got "
+            f"V of shape {V.shape} and Q of shape {Q.shape}."
+        )
+    if Q.shape[1] != Q.shape[2] or V.shape[0] != Q.shape[0] or V.shape[2] != Q.shape[1]:
+        raise ValueError(
+            "V must have shape (n_heads, d_out, d) and Q shape (n_heads, d, d) with the "
+            f"same n_heads and d; got V of shape {V.shape} and Q of shape {Q.shape}."
+        )
+    return V, Q

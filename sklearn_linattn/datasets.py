@@ -24,7 +24,8 @@ import numbers
 
 import numpy as np
 
-from ._mhla import mhla_forward
+from ._attention import mhla_forward
+from ._memory import default_memory_budget
 from ._validation import check_readout, check_scalar, validate_random_state
 
 __all__ = [
@@ -63,7 +64,6 @@ def _check_bool(value, name):
 
 def _check_output_size(n_values, what):
     """Refuse, before drawing anything, arrays of n_values floats beyond the memory budget."""
-    from ._solvers import default_memory_budget
 
     need, budget = 8.0 * n_values, default_memory_budget()
     if need > budget:

@@ -1,33 +1,26 @@
 """scikit-learn estimators: thin layers of validation over the math modules."""
 
-import itertools
 import time
-import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin
-from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
 from ._certificate import IdentifiabilityCertificate
 from ._dask import is_dask_collection
+from ._attention import mhla_forward, mhla_generate
 from ._features import (
     attention_features,
     feature_names,
     features_matvec,
-    iter_sample_chunks,
     n_attention_features,
     row_factors,
 )
-from ._mhla import (
-    attention_coefficients,
-    compress_heads,
-    heads_from_coefficients,
-    mhla_forward,
-    mhla_generate,
-)
+from ._heads import CompressionJudge, compress_heads, heads_from_coefficients
+from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
 from ._solvers import (
+    REGISTRY,
     SOLVERS,
     STATISTICS_SOLVERS,
     SufficientStatistics,
@@ -35,7 +28,9 @@ from ._solvers import (
     choose_solver,
     solve,
     solve_statistics,
+    solver_memory,
 )
+from ._training import TrainingData
 from ._standardize import (
     SAFE_EXPONENT,
     StandardizerAccumulator,
@@ -59,14 +54,6 @@ __all__ = [
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
 ]
-
-
-# Values of a NumPy X validated (and copied) at a time by fit and partial_fit
-# (2**21 float64 values, 16 MiB).
-_VALIDATION_CHUNK = 2**21
-# Dense psi x psi float64 arrays of a statistics fit (compact statistics,
-# Gram matrix, factor or eigenvectors, certificate), in bytes per psi**2.
-_STATISTICS_BYTES = 8 * 3.25
 
 
 def _sequence_tags(tags):
@@ -322,7 +309,7 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         w = check_sample_weight(sample_weight, Xv.shape[0])
         pred = self._forward(Xv, lengths)
         if self.readout == "all":
-            real = np.arange(Xv.shape[1])[None, :] < lengths[:, None]
+            real = real_tokens(lengths, Xv.shape[1])
             Y, pred = Y[real], pred[real]
             if w is not None:
                 w = np.broadcast_to(w[:, None], real.shape)[real]
@@ -335,198 +322,6 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         tags.regressor_tags.poor_score = True
         tags.target_tags.multi_output = True
         return tags
-
-
-class _TrainingData:
-    """Training data, validated in chunks when X is a large array.
-
-    A large NumPy X (more than ``_VALIDATION_CHUNK`` values) is validated
-    and copied one chunk of sequences at a time, so that fitting it never
-    holds a second copy of it: the statistics solvers consume the chunks as
-    they come, and ``"cg"`` reads the caller's array directly (its padding is
-    ignored through the lengths).  Any other input (lists of sequences,
-    DataFrames, small arrays) is validated at once.  Error messages on a
-    chunk name it, e.g. ``X[4096:8192][3, 2] is partly NaN``.
-    """
-
-    def __init__(self, X, y, sample_weight, *, layout, readout, n_features=None):
-        self.layout, self.readout, self.n_features = layout, readout, n_features
-        self.chunked = (
-            isinstance(X, np.ndarray)
-            and X.ndim in (2, 3)
-            and X.dtype.kind in "fiu"
-            and X.size > _VALIDATION_CHUNK
-            and X.shape[0] > 1
-            and isinstance(y, np.ndarray)
-            and y.shape[:1] == X.shape[:1]
-        )
-        if self.chunked:
-            self.X, self.y = X, y
-            self.n_samples = X.shape[0]
-            self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
-        else:
-            # Read only (statistics, solvers, or concatenated): no copy needed.
-            Xv, lengths = check_sequences(X, n_features=n_features, copy=False, **layout)
-            Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout,
-                                      data_format=layout["data_format"])
-            w = check_sample_weight(sample_weight, Xv.shape[0])
-            self._whole = (Xv, lengths, Y, single, w)
-            self.n_samples = Xv.shape[0]
-            self.sample_weight = w
-
-    def batches(self):
-        """Validated ``(X, lengths, Y, single_output, sample_weight)`` batches, in order."""
-        if not self.chunked:
-            yield self._whole
-            return
-        step = max(1, _VALIDATION_CHUNK // max(1, self.X[0].size))
-        for start in range(0, self.n_samples, step):
-            sl = slice(start, min(start + step, self.n_samples))
-            Xc, lc = check_sequences(
-                self.X[sl], n_features=self.n_features,
-                name=f"X[{sl.start}:{sl.stop}]", copy=False, **self.layout,
-            )
-            Yc, single = check_targets(
-                self.y[sl], lc, Xc.shape[1], readout=self.readout,
-                name=f"y[{sl.start}:{sl.stop}]", data_format=self.layout["data_format"],
-            )
-            w = None if self.sample_weight is None else self.sample_weight[sl]
-            yield Xc, lc, Yc, single, w
-
-    def scales(self, batches):
-        """Token and target magnitudes of all the data (one pass over the batches).
-
-        Returns the :class:`~._standardize.StandardizerAccumulator` whose
-        ``finish()`` gives the standardized coordinates.  For chunked data this
-        validates every chunk once more before the solver's own pass; errors in
-        the data are raised here, before any expensive work.
-        """
-        acc = None
-        for Xc, lc, Yc, _, wc in batches:
-            if acc is None:
-                acc = StandardizerAccumulator(Xc.shape[2], Yc.shape[-1])
-            acc.update(Xc, lc, Yc, wc)
-        return acc
-
-    def n_rows_bound(self, n_tokens):
-        """Number of feature rows (an upper bound for ``readout="all"`` on chunked data)."""
-        w = self.sample_weight
-        n = self.n_samples if w is None else int(np.count_nonzero(w > 0))
-        if self.readout == "last":
-            return n
-        if not self.chunked:
-            lengths = self._whole[1]
-            return int(lengths.sum() if w is None else lengths[w > 0].sum())
-        return n * n_tokens
-
-    def arrays(self, batches, *, copy):
-        """Whole-data arrays ``(X, lengths, Y, sample_weight)`` from the remaining batches.
-
-        ``copy=False`` returns the caller's array itself for chunked data (NaN
-        or anything at padded positions; the solver ignores it by length).
-        """
-        if not self.chunked:
-            Xv, lengths, Y, _, w = self._whole
-            return Xv, lengths, Y, w
-        # Keep only what is needed of each validated chunk: its copy of the
-        # sequences is dropped at once unless the solver needs them all.
-        parts = [(Xc if copy else None, lc, Yc) for Xc, lc, Yc, _, _ in batches]
-        lengths = np.concatenate([p[1] for p in parts])
-        Y = np.concatenate([p[2] for p in parts])
-        if copy:
-            X = np.concatenate([p[0] for p in parts])
-        else:
-            X = self.X
-            token_dim = self.layout["token_dim"]
-            first = self.layout["data_format"] == "channels_first"
-            if X.ndim == 2:
-                d = 1 if token_dim is None else token_dim
-                X = (np.swapaxes(X.reshape(X.shape[0], d, -1), 1, 2) if first
-                     else X.reshape(X.shape[0], -1, d))
-            elif first:
-                X = np.swapaxes(X, 1, 2)  # a view: "cg" reads chunks of it
-        return X, lengths, Y, self.sample_weight
-
-
-class _CompressionJudge:
-    """Whether compressed heads fit the training data materially worse than the optimum.
-
-    The compression matches coefficients; what matters is the fit.  The
-    excess empirical risk of coefficients c over the unconstrained minimizer
-    c* is exactly ``(c - c*)^T Lambda_D (c - c*)`` (the certificate's
-    quadratic form), and the minimizer's own residual risk is
-    ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the standardized
-    units).  On noisy data even the right number of heads raises the
-    training risk: the unconstrained fit spends its p = rank * d_out degrees
-    of freedom on the noise too, about ``p / (N - p)`` of R* more than a
-    smaller model containing the truth (N feature rows), and the compression
-    minimises the coefficients' Euclidean distance, not this risk (measured:
-    up to 4 times that on Gaussian designs with the generator's head count).
-    A compression is material when its excess risk exceeds ``max(0.01, 6 p /
-    (N - p))`` times R*, plus ``(1e-8)**2`` of the explained energy ``c*^T
-    Lambda_D c*``: worse than the data's own noise explains, or, on exact
-    data, a visible change of the function.  Without a quadratic form (``"cg"``) its extreme
-    eigenvalues bound both sides, so that a warning is only given when the
-    bounds prove the compression material.
-    """
-
-    _NOISE_FRACTION = 1e-2
-    _NOISE_DOF = 6.0
-    _EXACT_RELATIVE = 1e-8
-
-    def __init__(self, certificate, stats, coef, standardizer):
-        self.cert, self.coef, self.st = certificate, coef, standardizer
-        dof = certificate.rank * coef.shape[0]
-        spare = stats.n_rows * coef.shape[0] - dof
-        self.noise_fraction = max(self._NOISE_FRACTION,
-                                  self._NOISE_DOF * dof / spare if spare > 0 else 0.0)
-        W = stats.weight_sum if stats.weight_sum > 0 else float(stats.n_rows)
-        self.y_energy = float(np.sum(stats.y_sq)) / W if stats.y_sq is not None else 0.0
-        q = certificate._quadratic(coef)
-        if q is not None:
-            self.explained = float(np.sum(q))
-            self.exact = True
-        else:  # lower bound of the explained energy: lambda_min ||c||^2
-            self.explained = max(certificate.min_eigenvalue
-                                 - certificate.min_eigenvalue_error, 0.0) * float(np.sum(coef**2))
-            self.exact = False
-        self.residual_risk = max(self.y_energy - self.explained, 0.0)
-
-    def _allowed(self):
-        return (self.noise_fraction * self.residual_risk
-                + self._EXACT_RELATIVE**2 * self.explained)
-
-    def tolerance(self):
-        """A relative coefficient residual below which the compression cannot be material.
-
-        ``||c - c*||^2 lambda_max`` bounds the excess risk, and the folded
-        coefficients the compression matches are at least as large as the
-        standardized ones (pair weights >= 1).
-        """
-        top = self.cert.max_eigenvalue
-        norm2 = float(np.sum(self.st.folded(self.coef) ** 2))
-        if top <= 0 or norm2 <= 0:
-            return 1e-10
-        return max(1e-10, float(np.sqrt(self._allowed() / (top * norm2))))
-
-    def warn_if_material(self, V, Q, n_heads):
-        delta = self.st.from_folded(attention_coefficients(V, Q)) - self.coef
-        q = self.cert._quadratic(delta) if self.exact else None
-        excess = float(np.sum(q)) if q is not None else (
-            max(self.cert.min_eigenvalue - self.cert.min_eigenvalue_error, 0.0)
-            * float(np.sum(delta**2)))
-        if excess > self._allowed():
-            ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
-            heads = "head" if n_heads == 1 else "heads"
-            warnings.warn(
-                f"compressing to n_heads={n_heads} {heads} raises the training error: the "
-                f"excess empirical risk is {ratio:.3g} times the risk of the unconstrained "
-                f"fit (more than the {self.noise_fraction:.3g} the data's own noise explains), "
-                f"so {n_heads} {heads} may not be enough to compute the fitted function; "
-                "increase n_heads or use n_heads=None (compression_residual_ holds the "
-                "relative coefficient residual).",
-                ConvergenceWarning,
-            )
 
 
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
@@ -797,39 +592,30 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """
         self._check_params()
         start = time.perf_counter()
+        self._stats = self._scales = None
         if is_dask_collection(X) or is_dask_collection(y):
-            self._stats = self._scales = None
-            stats, n_tokens, single, scales = self._dask_statistics(X, y, sample_weight)
-            self._fit_statistics(stats, n_tokens=n_tokens, single_output=single)
+            stats, single, scales = self._dask_statistics(X, y, sample_weight)
+            self._fit_statistics(stats, single_output=single)
             self._scales = scales
             return self
-        data = _TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
-        batches = data.batches()
-        first = next(batches)
-        d, d_out, n_tokens = first[0].shape[2], first[2].shape[-1], first[0].shape[1]
+        data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
+        Xf, _, Yf, single, _ = data.first()
+        d, d_out = Xf.shape[2], Yf.shape[-1]
         psi = n_attention_features(d)
-        n_rows = data.n_rows_bound(n_tokens)
+        n_rows = data.n_rows_bound(Xf.shape[1])
         solver = choose_solver(self.solver, n_rows, psi)
         check_solver_memory(solver, n_rows, psi)
-        self._stats = None
-        self._scales = data.scales(itertools.chain([first], batches))
-        standardizer = self._scales.finish()
+        scales = data.scales()
         self._log("standardized coordinates", start)
-        if solver in STATISTICS_SOLVERS:
-            stats = SufficientStatistics(d, d_out, standardizer=standardizer)
-            for Xc, lc, Yc, _, wc in data.batches():
-                stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
-            self._log(f"statistics of {stats.n_rows} feature rows", start)
-            self._fit_from_statistics(stats, solver, single_output=first[3], start=start)
-            return self
-        Xa, lengths, Y, w = data.arrays(data.batches(), copy=solver != "cg")
-        solution, stats = solve(
-            Xa, lengths, Y, readout=self.readout, alpha=float(self.alpha), solver=solver,
-            sample_weight=w, tol=float(self.tol), max_iter=self.max_iter,
-            standardizer=standardizer,
+        solution = solve(
+            data.solver_batches, data.arrays, d=d, d_out=d_out, readout=self.readout,
+            solver=solver, standardizer=scales.finish(), alpha=float(self.alpha),
+            tol=float(self.tol), max_iter=self.max_iter,
         )
-        self._set_solution(solution, stats, single_output=first[3],
-                           n_tokens=Xa.shape[1], start=start)
+        self._scales = scales
+        if REGISTRY[solver].statistics:
+            self._stats = solution.counts
+        self._set_solution(solution, single_output=single, start=start)
         return self
 
     def partial_fit(self, X, y, sample_weight=None):
@@ -882,7 +668,37 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """
         self._check_params()
         start = time.perf_counter()
-        if self.solver not in ("auto",) + STATISTICS_SOLVERS:
+        previous = self._previous_statistics()
+        n_features = None if previous is None else previous.d
+        if is_dask_collection(X) or is_dask_collection(y):
+            stats, single, scales = self._dask_statistics(X, y, sample_weight, n_features,
+                                                          previous)
+            self._check_outputs(stats.d_out, previous)
+        else:
+            data = TrainingData(X, y, sample_weight, layout=self._layout(),
+                                readout=self.readout, n_features=n_features)
+            Xf, _, Yf, single, _ = data.first()
+            self._check_outputs(Yf.shape[-1], previous)
+            if previous is None:
+                self._check_statistics_fit(Xf.shape[2])
+            # The standardized coordinates of all the data seen so far.  This
+            # call's batch is accumulated separately, so that an invalid chunk
+            # leaves the model as it was.
+            scales, standardizer = self._continued_scales(data.scales(), previous)
+            stats = SufficientStatistics(Xf.shape[2], Yf.shape[-1], standardizer=standardizer)
+            for Xc, lc, Yc, wc in data.solver_batches():
+                stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
+        if previous is not None:
+            stats = previous.restandardized(stats.standardizer).merge(stats)
+            single = self._single_output
+        self._log(f"statistics of {stats.n_rows} feature rows", start)
+        self._fit_statistics(stats, single_output=single, start=start)
+        self._scales = scales
+        return self
+
+    def _previous_statistics(self):
+        """Statistics a partial_fit continues (None to start), or why it cannot."""
+        if self.solver != "auto" and not REGISTRY[self.solver].statistics:
             raise ValueError(
                 f"partial_fit needs solver in {('auto',) + STATISTICS_SOLVERS}, which "
                 f"accumulate the psi x psi sufficient statistics; got solver={self.solver!r}."
@@ -905,86 +721,49 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"readout must stay {previous.readout!r} between calls to partial_fit; "
                 f"got readout={self.readout!r}. Call fit to start afresh."
             )
-        n_features = None if previous is None else previous.d
-        if is_dask_collection(X) or is_dask_collection(y):
-            stats, n_tokens, single, scales = self._dask_statistics(
-                X, y, sample_weight, n_features, previous)
-            if previous is not None and stats.d_out != previous.d_out:
-                raise ValueError(
-                    f"y has {stats.d_out} output(s), but partial_fit was started with "
-                    f"d_out={previous.d_out}."
-                )
-            if previous is not None:
-                stats = previous.restandardized(stats.standardizer).merge(stats)
-                single = self._single_output
-            self._fit_statistics(stats, single_output=single)
-            self._scales = scales
-            return self
-        data = _TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout,
-                             n_features=n_features)
-        batches = data.batches()
-        first = next(batches)
-        d, d_out = first[0].shape[2], first[2].shape[-1]
+        return previous
+
+    @staticmethod
+    def _check_outputs(d_out, previous):
         if previous is not None and d_out != previous.d_out:
             raise ValueError(
                 f"y has {d_out} output(s), but partial_fit was started with "
                 f"d_out={previous.d_out}."
             )
-        if previous is None:
-            psi = n_attention_features(d)
-            need = _STATISTICS_BYTES * psi * psi
-            if choose_solver("auto", psi, psi) == "cg":
-                raise ValueError(
-                    f"partial_fit keeps psi x psi statistics (psi = {psi} at d = {d}), about "
-                    f"{need / 2**30:.3g} GiB with the solve, more than half the physical "
-                    "memory; use fit with solver='cg'."
-                )
-        # The standardized coordinates of all the data seen so far; the
-        # statistics of earlier calls are carried over into them.  This call's
-        # batch is accumulated separately, so that an invalid chunk leaves the
-        # model as it was.
-        scales, standardizer, previous = self._continued_scales(
-            data.scales(itertools.chain([first], batches)), previous)
-        stats = SufficientStatistics(d, d_out, standardizer=standardizer)
-        for Xc, lc, Yc, _, wc in data.batches():
-            stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
-        if previous is not None:
-            stats = previous.merge(stats)
-        self._scales = scales
-        single = first[3] if previous is None else self._single_output
-        solver = self.solver if self.solver != "auto" else choose_solver(
-            "auto", stats.n_rows, stats.n_features, statistics=True
-        )
-        self._log(f"statistics of {stats.n_rows} feature rows", start)
-        self._fit_from_statistics(stats, solver, single_output=single, start=start)
-        return self
+
+    @staticmethod
+    def _check_statistics_fit(d):
+        """Refuse psi x psi statistics larger than the memory budget, before accumulating."""
+        psi = n_attention_features(d)
+        if choose_solver("auto", psi, psi) == "cg":
+            need = solver_memory("eigh", psi, psi)
+            raise ValueError(
+                f"partial_fit keeps psi x psi statistics (psi = {psi} at d = {d}), about "
+                f"{need / 2**30:.3g} GiB with the solve, more than half the physical "
+                "memory; use fit with solver='cg'."
+            )
 
     def _continued_scales(self, scales, previous):
-        """Merge new token magnitudes into those of earlier calls; carry the statistics over.
+        """Merge new token magnitudes into those of earlier calls.
 
-        Returns the merged magnitudes, their standardized coordinates and the
-        earlier statistics in those coordinates (None before the first call).
-        Statistics given by hand (``_fit_statistics``) keep their coordinates.
+        Returns the merged magnitudes and their standardized coordinates;
+        statistics given by hand (``_fit_statistics``) keep their coordinates.
         """
         earlier = getattr(self, "_scales", None) if previous is not None else None
         if previous is not None and earlier is None:
-            return None, previous.standardizer, previous
+            return None, previous.standardizer
         if earlier is not None:
             scales = StandardizerAccumulator._copy(earlier).merge(scales)
-        standardizer = scales.finish()
-        if previous is not None:
-            previous = previous.restandardized(standardizer)
-        return scales, standardizer, previous
+        return scales, scales.finish()
 
     def _dask_statistics(self, X, y, sample_weight, n_features=None, previous=None):
         """Statistics of dask input, block by block on the workers (see ``_dask``).
 
-        Returns ``(stats, n_tokens, single_output, scales)``: two passes, the
-        token magnitudes first (merged with those of earlier ``partial_fit``
-        calls, whose statistics ``previous`` are then in the coordinates of
-        the returned ones), then the statistics.
+        Returns ``(stats, single_output, scales)``: two passes, the token
+        magnitudes first (merged with those of earlier ``partial_fit`` calls),
+        then the statistics.
         """
-        if self.solver not in ("auto",) + STATISTICS_SOLVERS:
+        if self.solver != "auto" and not REGISTRY[self.solver].statistics:
             raise ValueError(
                 f"dask input is reduced to sufficient statistics on the workers, which "
                 f"needs solver in {('auto',) + STATISTICS_SOLVERS}; got "
@@ -994,28 +773,22 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
 
         kwargs = dict(readout=self.readout, sample_weight=sample_weight,
                       n_features=n_features, **self._layout())
-        scales, standardizer, _ = self._continued_scales(dask_scales(X, y, **kwargs), previous)
-        stats, n_tokens, single = dask_sufficient_statistics(X, y, standardizer=standardizer,
-                                                             **kwargs)
-        return stats, n_tokens, single, scales
+        scales, standardizer = self._continued_scales(dask_scales(X, y, **kwargs), previous)
+        stats, _, single = dask_sufficient_statistics(X, y, standardizer=standardizer, **kwargs)
+        return stats, single, scales
 
-    def _fit_statistics(self, stats, *, n_tokens=None, single_output=False):
-        """Finish a fit from sufficient statistics accumulated elsewhere.
+    def _fit_statistics(self, stats, *, single_output=False, start=None):
+        """Finish a fit from sufficient statistics accumulated elsewhere (Dask, tests).
 
-        The entry point for statistics computed outside the estimator, e.g.
-        with :meth:`SufficientStatistics.update` on blocks of a distributed
-        array and combined with :meth:`SufficientStatistics.merge`.  The
-        result is that of :meth:`fit` on all the blocks' sequences; a later
-        :meth:`partial_fit` adds to ``stats`` (in place).
+        The result is that of :meth:`fit` on all the sequences the statistics
+        were accumulated from; a later :meth:`partial_fit` adds to ``stats``
+        (in place).
 
         Parameters
         ----------
         stats : sklearn_linattn._solvers.SufficientStatistics
             With targets (``d_out`` set), the Gram matrix, the estimator's
             readout and at least one row of positive weight.
-        n_tokens : int or None, default=None
-            Length of the certificate's witness input; None uses the longest
-            padded length seen by ``stats``.
         single_output : bool, default=False
             Whether ``predict`` drops the output axis (targets were 1-D).
 
@@ -1037,6 +810,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         >>> bool(np.allclose(model.predict(X), Y[:, 0]))
         True
         """
+        start = time.perf_counter() if start is None else start
         self._check_params()
         if not isinstance(stats, SufficientStatistics):
             raise TypeError(
@@ -1050,32 +824,23 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"stats were accumulated with readout={stats.readout!r}, but this "
                 f"estimator has readout={self.readout!r}."
             )
-        if self.solver not in ("auto",) + STATISTICS_SOLVERS:
+        if self.solver != "auto" and not REGISTRY[self.solver].statistics:
             raise ValueError(
                 f"solver must be one of {('auto',) + STATISTICS_SOLVERS} to fit from "
                 f"sufficient statistics; got solver={self.solver!r}."
             )
-        solver = self.solver if self.solver != "auto" else choose_solver(
-            "auto", stats.n_rows, stats.n_features, statistics=True
-        )
-        self._fit_from_statistics(stats, solver, single_output=bool(single_output),
-                                  n_tokens=n_tokens)
-        return self
-
-    def _fit_from_statistics(self, stats, solver, *, single_output, n_tokens=None,
-                             start=None):
-        start = time.perf_counter() if start is None else start
         if stats.n_rows == 0:
             raise ValueError(
                 "every sequence has zero sample weight: there is nothing to fit."
             )
-        solution = solve_statistics(stats, float(self.alpha), solver)
+        solution = solve_statistics(stats, float(self.alpha), self.solver)
         self._stats = stats
-        self._set_solution(solution, stats, single_output=single_output,
-                           n_tokens=n_tokens or stats.n_tokens, start=start)
+        self._set_solution(solution, single_output=bool(single_output), start=start)
+        return self
 
-    def _set_solution(self, solution, stats, *, single_output, n_tokens, start):
-        d = stats.d
+    def _set_solution(self, solution, *, single_output, start):
+        counts = solution.counts
+        d = counts.d
         self._log(f"least squares on {n_attention_features(d)} features "
                   f"(solver={solution.method!r})", start)
         standardizer = solution.standardizer
@@ -1086,8 +851,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.n_iter_ = max(1, int(solution.n_iter))
         # Same spectrum, same tolerance: no second pass over the data.
         self.certificate_ = IdentifiabilityCertificate._from_solution(
-            solution, stats, readout=self.readout, **self._layout(),
-            n_tokens=n_tokens, coef=solution.standardized_coef,
+            solution, counts, readout=self.readout, **self._layout(),
+            n_tokens=counts.n_tokens, coef=solution.standardized_coef,
         )
         # Heads are found in the standardized coordinates, where the
         # coefficients are well scaled, and mapped back (the same function).
@@ -1097,7 +862,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
         if self.n_heads is not None and V.shape[0] > self.n_heads:
-            judge = _CompressionJudge(self.certificate_, stats, coef_std, standardizer)
+            judge = CompressionJudge(self.certificate_, counts, coef_std, standardizer)
             V, Q, self.compression_residual_ = compress_heads(
                 folded, d, self.n_heads, tol=judge.tolerance(), random_state=self.random_state,
                 warn=False,
@@ -1115,7 +880,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.key_query_matrices_ = Q
         self.n_heads_ = V.shape[0]
         self.n_features_in_ = d
-        self.n_outputs_ = stats.d_out
+        self.n_outputs_ = counts.d_out
         self._single_output = bool(single_output)
 
     def predict_from_coefficients(self, X):
@@ -1136,19 +901,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """
         X, lengths = self._validate_X(X)
         n_samples, n_tokens, d = X.shape
-        P = d * (d + 1) // 2
+        P = n_pairs(d)
         k = self.coef_.shape[0]
         st = getattr(self, "standardization_", None)
         coef = getattr(self, "_standardized_coef", None)
         if st is None or coef is None:
             st, coef = TokenStandardizer.identity(d, k), self.coef_
-        real = np.arange(n_tokens)[None, :] < lengths[:, None]
+        real = real_tokens(lengths, n_tokens)
         if self.readout == "last":
             Y = np.empty((n_samples, k))
         else:
             Y = np.full((n_samples, n_tokens, k), np.nan)
-        rows = 1 if self.readout == "last" else n_tokens
-        per_sample = n_tokens * d + rows * (P * (k + 2) + d) + n_tokens * P
+        per_sample = sample_values(d, n_tokens, self.readout, P * (k + 2) + d)
         for sl in iter_sample_chunks(n_samples, per_sample):
             # Standardized like the training data, then each sequence scaled by
             # a power of two 2**-f (its outputs scale by 2**(3 f), exactly).

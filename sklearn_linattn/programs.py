@@ -30,7 +30,7 @@ from collections.abc import Hashable, Mapping
 
 import numpy as np
 
-from ._mhla import mhla_forward, mhla_generate
+from ._attention import mhla_forward, mhla_generate
 from ._validation import check_scalar, check_sequences
 
 __all__ = [

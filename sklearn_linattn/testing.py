@@ -35,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from ._features import n_attention_features
-from ._mhla import mhla_forward
+from ._attention import mhla_forward
 
 __all__ = [
     "mhla_parameters",

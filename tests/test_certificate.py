@@ -16,7 +16,7 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._certificate import Witness
 from sklearn_linattn._features import attention_features, n_attention_features
-from sklearn_linattn._solvers import solve
+from sklearn_linattn._solvers import solve_arrays
 from sklearn_linattn._standardize import TokenStandardizer
 from sklearn_linattn.datasets import make_associative_memory
 from sklearn_linattn.testing import rank_deficient_datasets
@@ -421,8 +421,8 @@ def test_covers_all_readout_is_per_prefix():
     Xz, lengths = np.nan_to_num(X), np.full(40, 5)
     pz = np.nan_to_num(prefixes)
     pl = np.repeat(np.arange(1, 6), 40)
-    a = solve(Xz, lengths, None, readout="all", solver="eigh", standardizer=same)[0]
-    b = solve(pz, pl, None, solver="eigh", standardizer=same)[0]
+    a = solve_arrays(Xz, lengths, None, readout="all", solver="eigh", standardizer=same)
+    b = solve_arrays(pz, pl, None, solver="eigh", standardizer=same)
     np.testing.assert_allclose(a.eigenvalues, b.eigenvalues, atol=1e-12 * a.lambda_max)
     X_new = rng.normal(size=(6, 4, 2)) @ basis.T
     X_new[3:, -1] = rng.normal(size=(3, 3))  # last token leaves the plane

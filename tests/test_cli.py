@@ -182,10 +182,10 @@ def test_demo_too_large_says_what_fits(capsys):
 
 
 def test_demo_size_estimate_matches_the_budget(monkeypatch, capsys):
-    from sklearn_linattn import _solvers
+    from sklearn_linattn import _memory
 
     budget = 2 * 2**30
-    monkeypatch.setattr(_solvers, "default_memory_budget", lambda: budget)
+    monkeypatch.setattr(_memory, "default_memory_budget", lambda: budget)
     assert main(["demo", "--d", "40", "-q"]) == 2
     largest = int(re.search(r"is (\d+)\.", capsys.readouterr().err).group(1))
     assert cli._demo_bytes(largest, 2, None, 16) <= budget
@@ -193,7 +193,7 @@ def test_demo_size_estimate_matches_the_budget(monkeypatch, capsys):
     # The estimate covers what the default d = 8 really needs, by a wide margin
     # for the dense statistics (psi = 288: 2.2 MB).
     assert cli._demo_bytes(8, 2, None, 16) > 3.25 * 8 * 288**2
-    monkeypatch.setattr(_solvers, "default_memory_budget", lambda: 1000)
+    monkeypatch.setattr(_memory, "default_memory_budget", lambda: 1000)
     assert main(["demo", "--d", "2", "-q"]) == 2
     assert "no --d fits with these options" in capsys.readouterr().err
 

@@ -43,15 +43,14 @@ from sklearn_linattn._features import (
     pair_indices,
     prefix_features,
 )
-from sklearn_linattn._mhla import (
+from sklearn_linattn._attention import (
     attention_coefficients,
-    fold_coefficients,
-    heads_from_coefficients,
     mhla_forward,
     mhla_generate,
     same_function,
-    unfold_coefficients,
 )
+from sklearn_linattn._features import fold_coefficients, unfold_coefficients
+from sklearn_linattn._heads import heads_from_coefficients
 from sklearn_linattn._validation import check_sequences
 from sklearn_linattn.testing import mhla_parameters, sequence_batches
 

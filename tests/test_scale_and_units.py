@@ -24,7 +24,7 @@ from sklearn_linattn import (
     certify_identifiability,
     mhla_forward,
 )
-from sklearn_linattn._solvers import solve
+from sklearn_linattn._solvers import solve_arrays
 from sklearn_linattn.datasets import make_associative_memory
 
 SOLVERS = ["eigh", "cholesky", "svd", "dual", "cg", "lsmr"]
@@ -235,7 +235,7 @@ def test_explicit_solvers_refuse_before_allocating_what_does_not_fit():
     Xs = X[:200]
     for solver in ("eigh", "cholesky", "svd", "dual"):
         with pytest.raises(ValueError, match=rf"solver='{solver}' needs about"):
-            solve(Xs, np.full(200, 3), None, solver=solver, memory_budget=2**16)
+            solve_arrays(Xs, np.full(200, 3), None, solver=solver, memory_budget=2**16)
 
 
 # --------------------------------------------------------------------------

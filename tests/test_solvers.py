@@ -24,12 +24,14 @@ from sklearn_linattn import (
     mhla_forward,
 )
 from sklearn_linattn._features import features_matvec, features_rmatvec, row_factors
+from sklearn_linattn._memory import default_memory_budget
+from sklearn_linattn._standardize import TokenStandardizer
 from sklearn_linattn._solvers import (
     SOLVERS,
+    Design,
     SufficientStatistics,
     choose_solver,
-    default_memory_budget,
-    solve,
+    solve_arrays,
     solve_statistics,
 )
 from sklearn_linattn.testing import rank_deficient_datasets, realizable_datasets
@@ -284,12 +286,11 @@ def test_statistics_equal_the_reference_gram_and_moment(readout):
                                atol=1e-12 * np.abs(Phi).max() ** 2)
     np.testing.assert_allclose(stats.moment, Phi.T @ (wr[:, None] * Y), rtol=1e-12,
                                atol=1e-12 * np.abs(Phi).max() * np.abs(Y).max())
-    assert stats.trace == pytest.approx(np.trace(stats.gram), rel=1e-12)
     assert stats.weight_sum == pytest.approx(wr.sum())
-    np.testing.assert_allclose(stats.y_sum, (wr[:, None] * Y).sum(axis=0), rtol=1e-12)
-    # The setter stores the distinct entries of a Gram matrix back.
+    np.testing.assert_allclose(stats.y_sq, (wr[:, None] * Y**2).sum(axis=0), rtol=1e-12)
+    # Storing a Gram matrix keeps its distinct entries.
     copy = SufficientStatistics(3, 2)
-    copy.gram = stats.gram + stats.gram
+    copy._set_gram(stats.gram + stats.gram)
     np.testing.assert_allclose(copy.gram, 2 * stats.gram, rtol=1e-15)
 
 
@@ -316,7 +317,7 @@ def test_solve_statistics_equals_solve():
     stats = SufficientStatistics(5, 1).update(Xz, lengths, y)
     for solver in ["eigh", "cholesky", "auto"]:
         a = solve_statistics(stats, 0.1, solver)
-        b, _ = solve(Xz, lengths, y, alpha=0.1, solver="svd")
+        b = solve_arrays(Xz, lengths, y, alpha=0.1, solver="svd")
         np.testing.assert_allclose(a.coef, b.coef, rtol=1e-9)
         assert a.method == ("cholesky" if solver != "eigh" else "eigh")
 
@@ -347,8 +348,6 @@ def test_statistics_argument_errors():
         solve_statistics(stats, solver="cg")
     with pytest.raises(ValueError, match="stats hold no feature row"):
         solve_statistics(SufficientStatistics(2, 1))
-    with pytest.raises(ValueError, match="without the Gram matrix"):
-        SufficientStatistics(2, gram=False).gram
 
 
 # --------------------------------------------------------------------------
@@ -482,7 +481,7 @@ def test_cg_certificate_agrees_on_rank_deficient_data(data, readout):
 
 
 def _pencil_setup(X, lengths, readout="last", cache_dtype=np.float64):
-    from sklearn_linattn._solvers import _ImplicitGram, _KroneckerPreconditioner
+    from sklearn_linattn._solvers.cg import _ImplicitGram, _KroneckerPreconditioner
 
     op = _ImplicitGram(X, lengths, readout, None, cache_dtype=cache_dtype)
     setup = op.setup()
@@ -515,7 +514,7 @@ def test_pencil_lanczos_brackets_lambda_min(d, excess, scale, spread, cache):
     # [lower, upper] contains the dense lambda_min, also near N = psi (where
     # lambda_min is small and G badly conditioned) and with coordinates of
     # different scales (where M is far from a multiple of the identity).
-    from sklearn_linattn._solvers import _pencil_lanczos, eigenvalue_tolerance
+    from sklearn_linattn._spectrum import _pencil_lanczos, eigenvalue_tolerance
 
     psi = d * d * (d + 1) // 2
     rng = np.random.default_rng([31, d, int(excess * 100)])
@@ -567,10 +566,10 @@ def test_cg_certificate_brackets_lambda_min_near_square_designs(d, excess):
 
 
 def test_cg_certificate_falls_back_to_lobpcg_when_lanczos_is_undecided(monkeypatch):
-    import sklearn_linattn._solvers as solvers_module
+    import sklearn_linattn._spectrum as spectrum_module
 
     # Too few Lanczos steps to decide: LOBPCG, started from its Ritz vectors, decides.
-    monkeypatch.setattr(solvers_module, "_PENCIL_MAX_ITER", 3)
+    monkeypatch.setattr(spectrum_module, "_PENCIL_MAX_ITER", 3)
     rng = np.random.default_rng(33)
     X, lengths, y = _data(rng, 90, 6, 5)  # psi = 75: lambda_min small
     cg = LinearAttentionRegressor(solver="cg", **CG).fit(X, y).certificate_
@@ -584,10 +583,10 @@ def test_cg_certificate_falls_back_to_lobpcg_when_lanczos_is_undecided(monkeypat
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("padded", [False, True])
 def test_statistics_in_blocks_match_the_reference(monkeypatch, d, weighted, padded):
-    import sklearn_linattn._solvers as solvers_module
+    import sklearn_linattn._solvers._statistics as statistics_module
 
     # Blocks of a few rows: several blocks per chunk, the last one partial.
-    monkeypatch.setattr(solvers_module, "_GRAM_BLOCK_VALUES", 300)
+    monkeypatch.setattr(statistics_module, "_GRAM_BLOCK_VALUES", 300)
     rng = np.random.default_rng([14, d, weighted, padded])
     X, lengths, y = _data(rng, 23, 5, d, readout="all", d_out=2, min_len=2 if padded else 5)
     w = rng.uniform(0.0, 2.0, size=23) if weighted else None
@@ -599,7 +598,6 @@ def test_statistics_in_blocks_match_the_reference(monkeypatch, d, weighted, padd
     M = Phi.T @ (wr[:, None] * Y)
     np.testing.assert_allclose(stats.moment, M, rtol=1e-10, atol=1e-12 * np.abs(M).max())
     np.testing.assert_allclose(stats.y_sq, (wr[:, None] * Y**2).sum(axis=0), rtol=1e-12)
-    np.testing.assert_allclose(stats.y_sum, (wr[:, None] * Y).sum(axis=0), rtol=1e-12)
     assert stats.n_rows == int(np.count_nonzero(wr > 0))
 
 
@@ -607,7 +605,7 @@ def test_statistics_in_blocks_match_the_reference(monkeypatch, d, weighted, padd
 @pytest.mark.parametrize("weighted", [False, True])
 def test_cg_row_cache_matches_streaming(readout, weighted):
     """Cached (float64, float32) and streamed products: same G V, same fit, same certificate."""
-    from sklearn_linattn._solvers import _ImplicitGram, solve_cg
+    from sklearn_linattn._solvers.cg import _ImplicitGram, solve_cg
 
     rng = np.random.default_rng([11, len(readout), weighted])
     n = 90 if readout == "last" else 25
@@ -629,10 +627,10 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
     assert _rel(ops["float32"].matmat(V), streamed) <= 1e-5
     np.testing.assert_array_equal(ops["float32"].matmat_exact(V), streamed)
     # Fits: the float32 cache is corrected by exact residuals, so all agree to tol.
-    dense = solve(Xz, lengths, Yz, readout=readout, solver="eigh", sample_weight=w)[0]
+    dense = solve_arrays(Xz, lengths, Yz, readout=readout, solver="eigh", sample_weight=w)
     for cache in (None, "float64", "float32"):
-        sol, _ = solve_cg(Xz, lengths, Yz, readout=readout, sample_weight=w, tol=1e-12,
-                          max_iter=5000, cache_dtype=cache, standardizer=dense.standardizer)
+        design = Design(Xz, lengths, Yz, readout, w, dense.standardizer, np.dtype(np.float64))
+        sol = solve_cg(design, 0.0, dict(tol=1e-12, max_iter=5000, cache_dtype=cache))
         assert _rel(sol.coef, dense.coef) <= 1e-9, cache
         assert sol.lambda_max == pytest.approx(dense.lambda_max, rel=1e-6)
         assert sol.lambda_min >= dense.lambda_min - 10 * dense.tol
@@ -641,15 +639,17 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
 
 def test_cg_float32_cache_certifies_rank_deficient_data():
     """A float32 cache does not hide a null space: same verdict and witness as eigh."""
-    from sklearn_linattn._solvers import solve_cg
+    from sklearn_linattn._solvers.cg import solve_cg
 
     rng = np.random.default_rng(15)
     # Tokens in a 3-dimensional subspace of R^4: the Gram matrix is singular.
     X = rng.normal(size=(120, 6, 3)) @ rng.normal(size=(3, 4))
     lengths = np.full(120, 6)
     y = rng.normal(size=(120, 1))
-    dense = solve(X, lengths, y, solver="eigh")[0]
-    sol, _ = solve_cg(X, lengths, y, tol=1e-12, max_iter=5000, cache_dtype="float32")
+    dense = solve_arrays(X, lengths, y, solver="eigh")
+    design = Design(X, lengths, y, "last", None, TokenStandardizer.identity(4),
+                    np.dtype(np.float64))
+    sol = solve_cg(design, 0.0, dict(tol=1e-12, max_iter=5000, cache_dtype="float32"))
     assert dense.rank < 40 and sol.rank_is_bound and sol.rank >= dense.rank
     assert not sol.lambda_min - sol.lambda_min_error > sol.tol
     assert sol.lambda_min <= 1e3 * dense.tol
@@ -662,7 +662,7 @@ def test_cg_float32_cache_certifies_rank_deficient_data():
 
 
 def test_cg_cache_follows_the_memory_budget():
-    from sklearn_linattn._solvers import _cg_cache_dtype
+    from sklearn_linattn._solvers.cg import _cg_cache_dtype
 
     # d = 64, N = 150000: 2.6 GB in float64, 1.3 GB in float32.
     assert _cg_cache_dtype(150000, 64, memory_budget=2**34 + 2**33) == np.float64
@@ -671,7 +671,7 @@ def test_cg_cache_follows_the_memory_budget():
     rng = np.random.default_rng(12)
     X, lengths, y = _data(rng, 80, 6, 4)
     X = np.where(np.isnan(X), 0.0, X)
-    coefs = [solve(X, lengths, y, solver="cg", tol=1e-12, memory_budget=b)[0].coef
+    coefs = [solve_arrays(X, lengths, y, solver="cg", tol=1e-12, memory_budget=b).coef
              for b in (2**30, 8 * 80 * 15 * 6, 10)]  # float64, float32, no cache
     for c in coefs[1:]:
         assert _rel(c, coefs[0]) <= 1e-9
@@ -679,7 +679,7 @@ def test_cg_cache_follows_the_memory_budget():
 
 def test_pcg_residual_replacement_stops_on_exact_residuals():
     """With an inexact product, CG's stopping rule holds for the exact system."""
-    from sklearn_linattn._solvers import _pcg
+    from sklearn_linattn._krylov import pcg as _pcg
 
     rng = np.random.default_rng(13)
     A = rng.normal(size=(60, 30))

@@ -7,13 +7,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
+import sklearn
 from sklearn.exceptions import ConvergenceWarning
 
 from reference import ref_features, ref_prefix_features
 from sklearn_linattn import LinearAttentionRegressor, certify_identifiability
-from sklearn_linattn._features import attention_features, n_attention_features
-from sklearn_linattn._solvers import feature_rows, solve
-from sklearn_linattn._sparse import sparse_feature_rows
+from sklearn_linattn._features import (
+    attention_features,
+    n_attention_features,
+    prefix_features,
+    sparse_feature_rows,
+)
+from sklearn_linattn._solvers import solve_arrays
 from sklearn_linattn.datasets import make_dfa_execution
 
 
@@ -22,6 +27,13 @@ def _one_hot(rng, n_samples, n_tokens, blocks):
     return np.concatenate(
         [np.eye(b)[rng.integers(0, b, size=(n_samples, n_tokens))] for b in blocks], axis=2
     )
+
+
+def _dense_rows(X, lengths, readout):
+    """The dense feature rows the sparse ones must equal: one per sequence or per real token."""
+    if readout == "last":
+        return attention_features(X, lengths)
+    return prefix_features(X, lengths)[np.arange(X.shape[1])[None, :] < lengths[:, None]]
 
 
 def _nan_pad(X, lengths):
@@ -56,7 +68,7 @@ def test_sparse_rows_equal_dense_features(batch):
     Xz = X.copy()
     Xz[np.arange(X.shape[1])[None, :] >= lengths[:, None]] = 0
     H, sample = sparse_feature_rows(_nan_pad(X, lengths), lengths, readout)
-    dense, _ = feature_rows(Xz, lengths, readout=readout)
+    dense = _dense_rows(Xz, lengths, readout)
     assert H.format == "csr" and H.dtype == dense.dtype
     assert H.has_sorted_indices
     np.testing.assert_array_equal(H.toarray(), dense)
@@ -90,14 +102,12 @@ def test_sparse_rows_one_hot_against_loop_reference(readout):
 
 
 def test_sparse_rows_are_chunked(monkeypatch):
-    import sklearn_linattn._features as features
-
     rng = np.random.default_rng(1)
     X = _one_hot(rng, 9, 4, [3, 3])
     lengths = np.full(9, 4)
     whole, _ = sparse_feature_rows(X, lengths, "all")
-    monkeypatch.setattr(features, "_CHUNK_VALUES", 1)  # one sequence per chunk
-    chunked, _ = sparse_feature_rows(X, lengths, "all")
+    with sklearn.config_context(working_memory=1e-9):  # one sequence per chunk
+        chunked, _ = sparse_feature_rows(X, lengths, "all")
     assert (whole != chunked).nnz == 0
 
 
@@ -123,14 +133,14 @@ def test_lsmr_equals_dense_solvers_on_one_hot(readout, alpha, weighted):
     kwargs = dict(readout=readout, alpha=alpha, sample_weight=w)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        sparse, _ = solve(X, lengths, Y, solver="lsmr", **kwargs)
+        sparse = solve_arrays(X, lengths, Y, solver="lsmr", **kwargs)
     psi = n_attention_features(X.shape[2])
     assert sparse.method == "lsmr" and sparse.coef.shape == (Y.shape[-1], psi)
     assert sparse.rank < psi  # rank-deficient one-hot data
     inactive = np.setdiff1d(np.arange(psi), sparse.active_columns)
     assert inactive.size and not sparse.coef[:, inactive].any()
     for solver in ("eigh", "svd", "dual"):
-        dense, _ = solve(X, lengths, Y, solver=solver, **kwargs)
+        dense = solve_arrays(X, lengths, Y, solver=solver, **kwargs)
         # eigh on the Gram matrix is the least accurate of the references
         # (its small eigenvalues carry rounding of psi * eps * lambda_max).
         assert _rel(sparse.coef, dense.coef) < (1e-7 if solver == "eigh" else 1e-8), solver
@@ -148,8 +158,8 @@ def test_lsmr_equals_dense_on_continuous_data(readout):
     lengths = rng.integers(2, 5, size=60)
     Xp = _nan_pad(X, lengths)
     Y = rng.normal(size=(60, 2)) if readout == "last" else rng.normal(size=(60, 4, 2))
-    sparse, _ = solve(Xp, lengths, Y, readout=readout, solver="lsmr")
-    dense, _ = solve(Xp, lengths, Y, readout=readout, solver="svd")
+    sparse = solve_arrays(Xp, lengths, Y, readout=readout, solver="lsmr")
+    dense = solve_arrays(Xp, lengths, Y, readout=readout, solver="svd")
     assert sparse.active_columns.size == 18 and sparse.rank == dense.rank == 18
     assert _rel(sparse.coef, dense.coef) < 1e-8
 
@@ -158,10 +168,10 @@ def test_lsmr_skips_zero_targets_and_warns_when_stopped_early():
     X, lengths, y = _dfa(30)
     Y = y[:, -1].copy()
     Y[:, 0] = 0.0
-    solution, _ = solve(X, lengths, Y, solver="lsmr")
+    solution = solve_arrays(X, lengths, Y, solver="lsmr")
     assert not solution.coef[0].any()
     with pytest.warns(ConvergenceWarning, match="solver='lsmr' stopped after max_iter=2"):
-        solve(X, lengths, Y, solver="lsmr", max_iter=2)
+        solve_arrays(X, lengths, Y, solver="lsmr", max_iter=2)
 
 
 def test_regressor_with_lsmr():
@@ -227,9 +237,10 @@ def test_lsmr_certificate_with_weights_and_scale():
 def test_lsmr_certificate_without_spectrum():
     # A memory budget too small for the Gram matrix: a null vector but no null space.
     X, lengths, y = _dfa(20)
-    solution, stats = solve(X, lengths, None, solver="lsmr", memory_budget=1)
+    solution = solve_arrays(X, lengths, None, solver="lsmr", memory_budget=1)
+    stats = solution.counts
     assert solution.eigenvectors is None and solution.rank_is_bound
-    dense, _ = solve(X, lengths, None, solver="eigh")
+    dense = solve_arrays(X, lengths, None, solver="eigh")
     assert solution.lambda_max == pytest.approx(dense.lambda_max, rel=1e-8)
     from sklearn_linattn._certificate import IdentifiabilityCertificate
 
@@ -260,7 +271,7 @@ def test_lsmr_at_d42_where_dense_is_impossible():
     V[:, 28:] = np.eye(14)
     S = np.einsum("ntj,ntk->njk", X, X)
     Y = np.einsum("aj,njk,kl,nl->na", V, S, Q, X[:, -1], optimize=True)
-    solution, _ = solve(X, lengths, Y, solver="lsmr")
+    solution = solve_arrays(X, lengths, Y, solver="lsmr")
     m = solution.active_columns.size
     assert m < psi and solution.rank <= 120
     assert solution.eigenvectors.shape == (m, solution.rank)

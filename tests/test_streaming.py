@@ -10,9 +10,9 @@ import tracemalloc
 
 import numpy as np
 import pytest
+import sklearn
 
-import sklearn_linattn._features as features_module
-import sklearn_linattn.estimators as estimators_module
+import sklearn_linattn._training as training_module
 from sklearn_linattn import LinearAttentionRegressor, mhla_forward
 from sklearn_linattn._solvers import SufficientStatistics
 from sklearn_linattn._standardize import standardizer_for
@@ -154,8 +154,9 @@ def test_fit_statistics_from_merged_blocks():
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunk budgets of 2**14 values, so that small arrays span many chunks."""
-    monkeypatch.setattr(estimators_module, "_VALIDATION_CHUNK", 2**14)
-    monkeypatch.setattr(features_module, "_CHUNK_VALUES", 2**14)
+    monkeypatch.setattr(training_module, "_VALIDATION_CHUNK", 2**14)
+    with sklearn.config_context(working_memory=2**17 / 2**20):  # 2**14 float64 values
+        yield
 
 
 @pytest.mark.parametrize("solver", ["auto", "svd", "cg"])
@@ -164,7 +165,7 @@ def test_chunked_fit_equals_whole_fit(small_chunks, solver, readout):
     rng = np.random.default_rng(5)
     X, lengths, y = _data(rng, 1500, 12, 3, readout=readout)
     X = X.astype(np.float32)
-    assert X.size > estimators_module._VALIDATION_CHUNK
+    assert X.size > training_module._VALIDATION_CHUNK
     kwargs = dict(tol=1e-13, max_iter=5000) if solver == "cg" else {}
     chunked = LinearAttentionRegressor(readout=readout, solver=solver, **kwargs).fit(X, y)
     as_list = [X[i, : lengths[i]] for i in range(len(X))]

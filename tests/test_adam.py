@@ -16,9 +16,9 @@ from sklearn_linattn import (
     attention_coefficients,
     mhla_forward,
 )
-from sklearn_linattn import gradient
-from sklearn_linattn._features import iter_sample_chunks
-from sklearn_linattn.gradient import (
+from sklearn_linattn import adam
+from sklearn_linattn._memory import iter_sample_chunks
+from sklearn_linattn.adam import (
     AdamLinearAttentionRegressor,
     learning_rate_schedule,
     mhla_loss_gradient,
@@ -129,12 +129,12 @@ def test_gradient_ignores_padding_and_chunks(monkeypatch):
         calls.append(n_samples)
         return iter_sample_chunks(n_samples, values_per_sample, budget=3 * values_per_sample)
 
-    monkeypatch.setattr(gradient, "iter_sample_chunks", small_chunks)
+    monkeypatch.setattr(adam, "iter_sample_chunks", small_chunks)
     for readout, Yr in [("all", Y), ("last", Y[:, 0])]:
         chunked = mhla_loss_gradient(np.nan_to_num(X), Yr, V, Q, lengths, readout=readout)
         monkeypatch.undo()
         whole = mhla_loss_gradient(np.nan_to_num(X), Yr, V, Q, lengths, readout=readout)
-        monkeypatch.setattr(gradient, "iter_sample_chunks", small_chunks)
+        monkeypatch.setattr(adam, "iter_sample_chunks", small_chunks)
         for u, v in zip(whole, chunked):
             np.testing.assert_allclose(u, v, rtol=1e-12)
     assert calls == [30, 30]

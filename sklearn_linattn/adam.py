@@ -26,10 +26,11 @@ from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from ._features import iter_sample_chunks
-from ._mhla import _check_heads, attention_coefficients, mhla_forward
+from ._attention import attention_coefficients, mhla_forward
+from ._memory import iter_sample_chunks
 from ._validation import (
     check_data_format,
+    check_heads,
     check_readout,
     check_scalar,
     check_sequences,
@@ -177,7 +178,7 @@ def mhla_loss_gradient(X, Y, V, Q, lengths=None, *, readout="last"):
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_linattn.gradient import mhla_loss_gradient
+    >>> from sklearn_linattn.adam import mhla_loss_gradient
     >>> from sklearn_linattn import mhla_forward
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(8, 5, 2))
@@ -187,7 +188,7 @@ def mhla_loss_gradient(X, Y, V, Q, lengths=None, *, readout="last"):
     (0.0, 0.0, 0.0)
     """
     check_readout(readout)
-    V, Q = _check_heads(V, Q)
+    V, Q = check_heads(V, Q)
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     n_samples, n_tokens, d = X.shape
@@ -241,7 +242,7 @@ def learning_rate_schedule(step, n_steps, learning_rate, warmup_fraction):
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_linattn.gradient import learning_rate_schedule
+    >>> from sklearn_linattn.adam import learning_rate_schedule
     >>> learning_rate_schedule(np.arange(6), 6, 1.0, 1 / 3)
     array([0.5 , 1.  , 1.  , 0.85355339, 0.5 , 0.14644661])
     """
@@ -386,7 +387,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     --------
     >>> import numpy as np
     >>> from sklearn_linattn import mhla_forward
-    >>> from sklearn_linattn.gradient import AdamLinearAttentionRegressor
+    >>> from sklearn_linattn.adam import AdamLinearAttentionRegressor
     >>> from sklearn_linattn import LinearAttentionRegressor
     >>> rng = np.random.default_rng(0)
     >>> V, Q = rng.normal(size=(1, 1, 2)), rng.normal(size=(1, 2, 2))

@@ -1,0 +1,456 @@
+"""Multi-head linear attention as a function: forward pass, generation, p(Theta), equivalence.
+
+Convention, with ``X[i]`` of shape (n_tokens, d) the paper's ``Z_i^T``:
+
+    y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)
+
+``V`` has shape (n_heads, d_out, d) and ``Q`` shape (n_heads, d, d).  The
+output is linear in the cubic features: ``y_a = <coef[a], H(X)>`` with
+``coef = attention_coefficients(V, Q)`` of shape (d_out, psi).
+"""
+
+import numpy as np
+
+from ._features import fold_coefficients
+from ._memory import default_memory_budget, iter_sample_chunks, real_tokens, single_blas_thread
+from ._standardize import SAFE_EXPONENT, max_exponent, scale_per_sample
+from ._validation import (
+    check_heads,
+    check_lengths,
+    check_readout,
+    check_scalar,
+    check_sequences,
+)
+
+__all__ = [
+    "attention_coefficients",
+    "mhla_forward",
+    "mhla_generate",
+    "same_function",
+]
+
+def _scaled_heads(V, Q):
+    """Heads rescaled by powers of two, and the exponent that undoes it.
+
+    ``V_h 2**-m, Q_h 2**m`` is the same head, so each head is first balanced
+    (its largest V and Q entries get about the same exponent); then one
+    exponent for all of V and one for all of Q bring the largest entries to
+    [0.5, 1).  The output of the rescaled heads times ``2**shift`` is the
+    output of the given ones; only scaling by powers of two is exact.
+    """
+    n_heads, d_out, d = V.shape
+    eV = max_exponent(V.reshape(n_heads, d_out * d), axis=1)
+    eQ = max_exponent(Q.reshape(n_heads, d * d), axis=1)
+    m = (eV - eQ) // 2
+    V = np.ldexp(V, -m[:, None, None])
+    Q = np.ldexp(Q, m[:, None, None])
+    gV, gQ = max_exponent(V), max_exponent(Q)
+    # Heads far below the largest one may underflow here: their share of every
+    # output is then below 2**-1000 of the largest head's.
+    return np.ldexp(V, -gV), np.ldexp(Q, -gQ), int(gV) + int(gQ)
+
+
+def _restore_scale(y, exponents, start):
+    """``y * 2**exponents`` per sample; ValueError naming the sample on overflow."""
+    shape = (-1,) + (1,) * (y.ndim - 1)
+    with np.errstate(over="ignore"):
+        out = np.ldexp(y, exponents.reshape(shape))
+    overflow = np.isinf(out)
+    if overflow.any():
+        i = int(np.flatnonzero(overflow.reshape(len(out), -1).any(axis=1))[0])
+        # log2 |y| of the true output, from the rescaled value and its exponent.
+        log10 = (np.log2(np.nanmax(np.abs(y[i]))) + exponents[i]) * np.log10(2.0)
+        raise ValueError(
+            f"the outputs for X[{start + i}] exceed the float64 range: their largest "
+            f"magnitude is about 1e{log10:.0f}, above the largest float64 "
+            f"{np.finfo(np.float64).max:.3g}. Rescale X or the heads (the outputs are "
+            "cubic in X and linear in V and in Q)."
+        )
+    return out
+
+
+def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
+    """Output of a one-layer multi-head linear attention.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Sequences.  Without ``lengths``, trailing all-NaN tokens are padding
+        (the package's padding rule).
+    V : array-like of shape (n_heads, d_out, d)
+        Value matrices.
+    Q : array-like of shape (n_heads, d, d)
+        Fused key-query matrices.
+    lengths : array-like of int, shape (n_samples,), or None
+        Number of real tokens per sequence, for callers that keep lengths
+        next to a NaN-free array: tokens at positions ``>= lengths[i]`` are
+        then ignored whatever they hold.  None reads lengths from the NaN
+        padding.
+    readout : {"last", "all"}, default="last"
+        ``"last"``: the output at the last real token.  ``"all"``: the causal
+        output at every position.
+
+    Returns
+    -------
+    y : ndarray
+        Shape (n_samples, d_out) for ``"last"``; (n_samples, n_tokens, d_out)
+        for ``"all"``, NaN at padded positions.
+
+    Raises
+    ------
+    ValueError
+        When V or Q is not finite or complex, or when an output exceeds the
+        float64 range (the message names the sample).
+    TypeError
+        When V or Q does not hold numbers.
+
+    Notes
+    -----
+    The result does not depend on the units: each sequence is rescaled by the
+    power of two that brings its largest entry to [0.5, 1) (``y(2**e X) =
+    2**(3e) y(X)`` holds exactly), each head is balanced by a power of two
+    (``V_h 2**-m, Q_h 2**m`` is the same head) and the exponents are put back
+    at the end (sequences whose largest entry lies within 2**+-200 need no
+    rescaling and are used as they are).  So any output that float64 can
+    represent is computed to rounding accuracy relative to the size of its
+    terms, whatever the scale of X (1e-100 or 1e100) or of the heads.  With
+    ``readout="all"`` the rescaling is per sequence, so positions whose
+    outputs are below about 2**-1000 times the largest output of their
+    sequence may underflow to zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import mhla_forward
+    >>> X = np.array([[[1.0, 0.0], [0.0, 2.0]]])
+    >>> V = np.eye(2)[None]
+    >>> Q = np.eye(2)[None]
+    >>> mhla_forward(X, V, Q)
+    array([[0., 8.]])
+
+    Scaling X by c scales the outputs by c**3, even where c**3 alone
+    overflows (here c**3 = 2**1200, compensated by the heads):
+
+    >>> mhla_forward(2.0**400 * X, 2.0**-900 * V, 2.0**-300 * Q)
+    array([[0., 8.]])
+    """
+    V, Q = check_heads(V, Q)
+    check_readout(readout)
+    if lengths is None:
+        X, lengths = check_sequences(X, n_features=V.shape[2])
+    else:
+        X, lengths = check_lengths(X, lengths, n_features=V.shape[2])
+    n_samples, n_tokens, d = X.shape
+    n_heads, d_out = V.shape[:2]
+    # Exact power-of-two rescaling: y(2**e X) = 2**(3e) y(X), and heads
+    # rescaled by _scaled_heads, so that no product over- or underflows on
+    # the way to an output that float64 can hold.
+    V, Q, head_shift = _scaled_heads(V, Q)
+    if readout == "last":
+        out = np.empty((n_samples, d_out))
+        per_sample = n_tokens * (d + n_heads)
+    else:
+        out = np.empty((n_samples, n_tokens, d_out))
+        # Running d x d moments, or the masked n_tokens x n_tokens scores per head.
+        per_sample = n_tokens * min(d * d, n_heads * n_tokens) + n_tokens * n_heads * d
+    for sl in iter_sample_chunks(n_samples, per_sample):
+        # Padding is zero here, so the scale is that of the real tokens.
+        Xc, e = scale_per_sample(X[sl], safe=SAFE_EXPONENT)
+        if readout == "last":
+            y = _forward_last(Xc, V, Q, lengths[sl])
+        else:
+            y = _forward_all(Xc, V, Q, lengths[sl])
+        out[sl] = _restore_scale(y, 3 * e + head_shift, sl.start)
+    return out
+
+
+def _forward_last(X, V, Q, lengths):
+    x_last = X[np.arange(X.shape[0]), lengths - 1]
+    q = np.einsum("hkl,nl->nhk", Q, x_last)
+    scores = np.matmul(q, X.transpose(0, 2, 1))  # (n, h, t): x_t^T Q_h x_last
+    ctx = np.matmul(scores, X)  # (n, h, d): sum_t x_t score_t
+    return np.einsum("haj,nhj->na", V, ctx)
+
+
+def _forward_all(X, V, Q, lengths):
+    n_samples, n_tokens, d = X.shape
+    q = np.einsum("hkl,ntl->nhtk", Q, X)  # Q_h x_t
+    if d * d <= Q.shape[0] * n_tokens:
+        # y_t = sum_h V_h S_t Q_h x_t with S_t the running second moment.
+        S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
+        # Batched GEMM (S_t is symmetric): ctx[n, h, t] = S[n, t] @ q[n, h, t].
+        ctx = np.matmul(q.transpose(0, 2, 1, 3), S).transpose(0, 2, 1, 3)
+    else:
+        # Causal scores x_s^T Q_h x_t for s <= t, then their weighted sum of x_s.
+        scores = np.matmul(q, X.transpose(0, 2, 1)[:, None])  # (n, h, t, s)
+        scores *= np.tril(np.ones((n_tokens, n_tokens)))
+        ctx = np.matmul(scores, X[:, None])  # (n, h, t, d)
+    y = np.einsum("haj,nhtj->nta", V, ctx)
+    y[~real_tokens(lengths, n_tokens)] = np.nan
+    return y
+
+
+def _check_rounding(rounding, d):
+    """``rounding`` as a function from outputs (m, d) to tokens (m, d)."""
+    if rounding is None:
+        return None
+    if callable(rounding):
+        def apply(Y):
+            out = np.asarray(rounding(Y), dtype=np.float64)
+            if out.shape != Y.shape:
+                raise ValueError(
+                    f"rounding must map outputs of shape {Y.shape} to tokens of the same "
+                    f"shape; it returned shape {out.shape}."
+                )
+            return out
+        return apply
+    table = np.asarray(rounding)
+    if table.dtype.kind not in "biuf":
+        raise TypeError(
+            "rounding must be None, a callable or an embedding table of numbers; got an "
+            f"array of dtype {table.dtype}."
+        )
+    table = table.astype(np.float64)
+    if table.ndim != 2 or table.shape[1] != d or table.shape[0] == 0:
+        raise ValueError(
+            f"rounding as an embedding table must have shape (n_tokens, {d}) with at least "
+            f"one token; got shape {table.shape}."
+        )
+    if not np.all(np.isfinite(table)):
+        raise ValueError("rounding as an embedding table must be finite; it has NaN or inf.")
+    half_norms = 0.5 * np.einsum("vd,vd->v", table, table)
+
+    def nearest(Y):
+        # argmin_v ||y - e_v||^2 = argmax_v (y . e_v - ||e_v||^2 / 2)
+        return table[np.argmax(Y @ table.T - half_norms, axis=1)]
+    return nearest
+
+
+def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
+    """Run a linear-attention model autoregressively for ``n_steps`` tokens.
+
+    At each step the output at the last token, ``y = sum_h V_h S Q_h x_last``
+    with ``S = sum_t x_t x_t^T``, is (optionally) rounded to a token and
+    appended to the sequence; every sequence of the batch grows at its own
+    end.  The running second moment S is updated by one outer product per
+    step, so a step costs O(n_heads d^2) per sequence whatever the length.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Prompts; trailing all-NaN tokens are padding.
+    V : array-like of shape (n_heads, d, d)
+        Value matrices; the output dimension must equal the token dimension d.
+    Q : array-like of shape (n_heads, d, d)
+        Key-query matrices.
+    n_steps : int
+        Number of tokens to append (0 returns the prompts).
+    rounding : None, callable or array-like of shape (n_vocab, d), default=None
+        None appends the raw outputs.  An embedding table appends, for each
+        output, the nearest of its rows in Euclidean distance (the paper's
+        Def. G.2; ties go to the first row).  A callable receives the outputs
+        as an array (m, d) and returns the tokens to append, same shape (e.g.
+        ``CompiledProgram.round`` from :mod:`sklearn_linattn.programs`).
+    lengths : array-like of int, shape (n_samples,), or None
+        Number of real tokens per prompt when X has no NaN padding; None reads
+        them from the padding.
+
+    Returns
+    -------
+    sequences : ndarray of shape (n_samples, max(lengths) + n_steps, d)
+        Prompt ``i`` followed by its ``n_steps`` generated tokens at
+        positions ``lengths[i] .. lengths[i] + n_steps - 1``; NaN after.
+
+    Raises
+    ------
+    ValueError
+        When V or Q is not finite or complex; when the output would not fit
+        in the memory budget (half the physical memory; the message says how
+        many steps fit); when a generated value exceeds the float64 range (the
+        message names the step and the prompt).
+    TypeError
+        When V or Q does not hold numbers.
+
+    See Also
+    --------
+    mhla_forward : one output per sequence, nothing appended.
+
+    Examples
+    --------
+    A one-head associative memory (key block, value block): the query's key
+    retrieves the value stored under it.
+
+    >>> import numpy as np
+    >>> from sklearn_linattn import mhla_generate
+    >>> V = np.zeros((1, 4, 4)); V[0, 2:, 2:] = np.eye(2)
+    >>> Q = np.zeros((1, 4, 4)); Q[0, :2, :2] = np.eye(2)
+    >>> memory = np.array([[[1., 0., 0., 1.],    # key 0 -> value 1
+    ...                     [0., 1., 1., 0.],    # key 1 -> value 0
+    ...                     [0., 1., 0., 0.]]])  # query: key 1
+    >>> mhla_generate(memory, V, Q, 1)[0, -1]
+    array([0., 0., 1., 0.])
+    """
+    V, Q = check_heads(V, Q)
+    d = Q.shape[1]
+    if V.shape[1] != d:
+        raise ValueError(
+            "mhla_generate appends each output to its sequence, so V must have shape "
+            f"(n_heads, d, d) with d_out = d = {d}; got V of shape {V.shape}."
+        )
+    n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
+    if lengths is None:
+        X, lengths = check_sequences(X, n_features=d)
+    else:
+        X, lengths = check_lengths(X, lengths, n_features=d)
+    round_ = _check_rounding(rounding, d)
+    n_samples, n_tokens = X.shape[:2]
+    _check_generate_memory(n_samples, n_tokens, d, n_steps)
+    out = np.full((n_samples, n_tokens + n_steps, d), np.nan)
+    real = real_tokens(lengths, n_tokens)
+    out[:, :n_tokens][real] = X[real]
+    n_heads = V.shape[0]
+    # (h*d, d) stacks of the heads, so that one GEMM serves all heads.
+    Q_flat = Q.reshape(n_heads * d, d)
+    V_flat = V.transpose(0, 2, 1).reshape(n_heads * d, d)
+    # One BLAS thread: the batched q @ S is one small GEMM per sequence (see
+    # mhla_forward); 5.4 s -> 0.15 s for 96 sequences, 321 heads, d = 44.
+    with single_blas_thread():
+        _generate_into(out, X, lengths, real, Q_flat, V_flat, n_heads, d, n_steps, round_)
+    return out
+
+
+def _check_generate_memory(n_samples, n_tokens, d, n_steps):
+    """Refuse, before allocating it, an output larger than the memory budget."""
+    budget = default_memory_budget()
+    itemsize = np.dtype(np.float64).itemsize
+    needed = n_samples * (n_tokens + n_steps) * d * itemsize
+    if needed > budget:
+        fits = max(0, budget // (n_samples * d * itemsize) - n_tokens)
+        raise ValueError(
+            f"n_steps={n_steps} would need an output of shape ({n_samples}, "
+            f"{n_tokens + n_steps}, {d}), {needed / 2**30:.3g} GiB of float64, more "
+            f"than the memory budget of {budget / 2**30:.3g} GiB (half the physical "
+            f"memory); at most n_steps={fits} fits for these {n_samples} prompts. "
+            "Generate in shorter runs or for fewer prompts at a time."
+        )
+
+
+def _check_generated(values, step, n_steps, start, what):
+    """ValueError naming the step and the prompt when a generated value is not finite."""
+    bad = ~np.isfinite(values).all(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"mhla_generate: at step {step + 1} of n_steps={n_steps}, the {what} for "
+            f"X[{start + i}] is not finite ({values[i]!r}): the generated values "
+            "exceed the float64 range. The outputs are cubic in the tokens, so a "
+            "sequence that grows does so very fast; use fewer steps, smaller heads or "
+            "a rounding that keeps tokens bounded."
+        )
+
+
+def _generate_into(out, X, lengths, real, Q_flat, V_flat, n_heads, d, n_steps, round_):
+    n_samples = X.shape[0]
+    for sl in iter_sample_chunks(n_samples, d * d + n_heads * d):
+        Xc = np.where(real[sl, :, None], X[sl], 0.0).astype(np.float64)
+        S = np.matmul(Xc.transpose(0, 2, 1), Xc)
+        rows = np.arange(Xc.shape[0])
+        pos = lengths[sl].copy()
+        x = Xc[rows, pos - 1]
+        for step in range(n_steps):
+            with np.errstate(over="ignore", invalid="ignore"):
+                q = (x @ Q_flat.T).reshape(len(x), n_heads, d)  # Q_h x_last
+                ctx = np.matmul(q, S)  # (S Q_h x_last)^T, S symmetric
+                y = ctx.reshape(len(x), n_heads * d) @ V_flat
+            # Overflow turns into inf or NaN; appending it would poison every
+            # later token, so stop at the first one.
+            _check_generated(y, step, n_steps, sl.start, "output")
+            x = y if round_ is None else round_(y)
+            if round_ is not None:
+                _check_generated(x, step, n_steps, sl.start, "rounded token")
+            out[sl][rows, pos] = x
+            with np.errstate(over="ignore", invalid="ignore"):
+                S += x[:, :, None] * x[:, None, :]
+            pos += 1
+
+
+def attention_coefficients(V, Q):
+    """The coefficient map p(Theta): folded coefficients of an MHLA.
+
+    ``mhla_forward(X, V, Q)[:, a] == attention_features(X) @ coef[a]`` for every X.
+
+    Parameters
+    ----------
+    V : array-like of shape (n_heads, d_out, d)
+        Value matrices; real and finite.
+    Q : array-like of shape (n_heads, d, d)
+        Key-query matrices; real and finite.
+
+    Returns
+    -------
+    coef : ndarray of shape (d_out, psi)
+        ``psi = d * d * (d + 1) // 2``.
+
+    Raises
+    ------
+    ValueError
+        When V or Q has the wrong shape, is complex or not finite, or when
+        the coefficients exceed the float64 range.
+    TypeError
+        When V or Q does not hold numbers.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import attention_coefficients
+    >>> attention_coefficients(np.ones((1, 1, 1)), 2 * np.ones((1, 1, 1)))
+    array([[2.]])
+    """
+    V, Q = check_heads(V, Q)
+    with np.errstate(over="ignore", invalid="ignore"):
+        coef = fold_coefficients(np.einsum("haj,hkl->ajkl", V, Q))
+    if not np.all(np.isfinite(coef)):
+        raise ValueError(
+            "the coefficients of these heads exceed the float64 range: sums of products "
+            f"V[h, a, j] * Q[h, k, l] overflow (largest |V| {np.max(np.abs(V)):.3g}, "
+            f"largest |Q| {np.max(np.abs(Q)):.3g}). Rescale the heads."
+        )
+    return coef
+
+
+
+def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0):
+    """Whether two parameter sets compute the same function on every input.
+
+    Two MHLAs are the same function iff their coefficients p(Theta) are equal
+    (the paper's Corollary A.4); the head counts need not match.
+
+    Parameters
+    ----------
+    V_a, Q_a : array-like of shape (n_heads_a, d_out, d) and (n_heads_a, d, d)
+        The first model's heads; real and finite.
+    V_b, Q_b : array-like of shape (n_heads_b, d_out, d) and (n_heads_b, d, d)
+        The second model's heads.
+    rtol, atol : float
+        ``||p_a - p_b|| <= atol + rtol * max(||p_a||, ||p_b||)`` counts as equal.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import same_function
+    >>> V, Q = np.ones((1, 1, 2)), np.eye(2)[None]
+    >>> same_function(V, Q, 2 * V, Q / 2)
+    True
+    """
+    rtol = check_scalar(rtol, "rtol", low=0.0)
+    atol = check_scalar(atol, "atol", low=0.0)
+    pa = attention_coefficients(V_a, Q_a)
+    pb = attention_coefficients(V_b, Q_b)
+    if pa.shape != pb.shape:
+        return False
+    diff = np.linalg.norm(pa - pb)
+    return bool(diff <= atol + rtol * max(np.linalg.norm(pa), np.linalg.norm(pb)))

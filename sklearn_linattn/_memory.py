@@ -1,0 +1,158 @@
+"""Memory: the budget dense arrays may use, chunking, and the shapes every module shares.
+
+One place for the memory model of the package: how many bytes a fit may
+allocate (:func:`default_memory_budget`), how many sequences a chunk of work
+holds (:func:`iter_sample_chunks`, bounded by scikit-learn's
+``working_memory``), and the small counts everything else is sized by
+(:func:`n_pairs`, :func:`real_tokens`, :func:`sample_values`).
+"""
+
+import os
+
+import numpy as np
+from sklearn import get_config
+from sklearn.utils import gen_batches
+from threadpoolctl import threadpool_limits
+
+__all__ = [
+    "DENSE_ARRAYS",
+    "check_budget",
+    "default_memory_budget",
+    "iter_sample_chunks",
+    "n_pairs",
+    "real_tokens",
+    "sample_values",
+    "single_blas_thread",
+    "zero_padding",
+]
+
+# Transient arrays of one chunk of samples hold at most this many bytes
+# (32 MiB: they stay close to the caches between the GEMMs that read them),
+# or scikit-learn's ``working_memory`` when that is smaller.
+CHUNK_BYTES = 2**25
+# Dense psi x psi float64 arrays a normal-equation fit holds at once (the
+# compact statistics, the Gram matrix, its factor or eigenvectors), per psi**2
+# doubles.
+DENSE_ARRAYS = 3.25
+
+
+def default_memory_budget():
+    """Bytes that dense arrays may use: half the physical memory.
+
+    Read with ``os.sysconf``; 8 GiB where the platform does not report it.
+
+    Returns
+    -------
+    budget : int
+        Bytes.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._memory import default_memory_budget
+    >>> default_memory_budget() > 0
+    True
+    """
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return 2**33
+    if pages <= 0 or page_size <= 0:
+        return 2**33
+    return int(pages) * int(page_size) // 2
+
+
+def check_budget(need, what, memory_budget=None, advice=""):
+    """Raise a ValueError when ``need`` bytes for ``what`` exceed the memory budget.
+
+    Parameters
+    ----------
+    need : float
+        Bytes the caller is about to allocate.
+    what : str
+        What they hold, for the message.
+    memory_budget : int or None, default=None
+        Bytes; None uses :func:`default_memory_budget` (half the physical memory).
+    advice : str, default=""
+        What to do instead, appended to the message.
+    """
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    if need <= budget:
+        return
+    raise ValueError(
+        f"{what} need about {need / 2**30:.3g} GiB, more than the memory budget of "
+        f"{budget / 2**30:.3g} GiB (half the physical memory){'; ' + advice if advice else '.'}"
+    )
+
+
+def n_pairs(d):
+    """Number of pairs (j, k), j <= k, of d coordinates: ``d (d + 1) / 2``."""
+    return d * (d + 1) // 2
+
+
+def real_tokens(lengths, n_tokens):
+    """Boolean mask (n_samples, n_tokens) of the real (not padded) positions."""
+    return np.arange(n_tokens)[None, :] < np.asarray(lengths)[:, None]
+
+
+def zero_padding(X, lengths):
+    """X with zeros at positions ``>= lengths`` (a new array only when some are padded).
+
+    Padded positions may hold anything, NaN included; the zero tokens then
+    contribute nothing to any feature.
+    """
+    if lengths.size == 0 or lengths.min() >= X.shape[1]:
+        return X
+    return np.where(real_tokens(lengths, X.shape[1])[:, :, None], X, 0.0)
+
+
+def sample_values(d, n_tokens, readout, per_row):
+    """Float64 values one sequence occupies in a chunk of feature-row work arrays.
+
+    Its tokens, its folded second moments (one per row for ``"all"``) and
+    ``per_row`` values for each of its feature rows (one for ``"last"``, one
+    per position for ``"all"``).
+    """
+    rows = 1 if readout == "last" else n_tokens
+    moments = d * d if readout == "last" else n_tokens * n_pairs(d)
+    return n_tokens * d + moments + rows * per_row
+
+
+def iter_sample_chunks(n_samples, values_per_sample, budget=None):
+    """Slices of consecutive samples whose work arrays fit a chunk.
+
+    A chunk holds at most 32 MiB of float64 work values, or scikit-learn's
+    ``working_memory`` (``sklearn.set_config``) when that is smaller, and
+    at least one sample.
+
+    Parameters
+    ----------
+    n_samples : int
+        Number of samples to cover.
+    values_per_sample : int
+        Number of float64 values one sample needs in its work arrays.
+    budget : int or None, default=None
+        Number of values a chunk may use; None applies the rule above.
+
+    Yields
+    ------
+    slice
+        Consecutive samples of one chunk.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._memory import iter_sample_chunks
+    >>> list(iter_sample_chunks(5, 10, budget=20))
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """
+    if budget is None:
+        working = float(get_config()["working_memory"]) * 2**20
+        budget = int(min(CHUNK_BYTES, working)) // 8
+    step = max(1, int(budget) // max(1, int(values_per_sample)))
+    yield from gen_batches(int(n_samples), step)
+
+
+def single_blas_thread():
+    """Context with BLAS on one thread: small products that threads only slow down."""
+    return threadpool_limits(limits=1, user_api="blas")
+

@@ -1,0 +1,404 @@
+"""Least squares in feature space: the solvers, what each can do, and the one dispatch.
+
+Every solver minimises ``sum_rows w_row ||y_row - c H_row||^2 + alpha ||c||^2``
+over the folded coefficients c, in standardized coordinates (see
+:mod:`.._standardize`), and returns a :class:`SpectralSolution`: the
+coefficients with what the identifiability certificate needs about the
+spectrum of ``G = Phi^T W Phi``, and the counts of the rows it was fitted on.
+
+:data:`REGISTRY` maps each name to a :class:`Solver` that declares what it
+can do; :func:`choose_solver` resolves ``"auto"`` once, and :func:`solve`
+is the one dispatch from validated batches to a solution.  One module per
+family: :mod:`.normal` (``"eigh"``, ``"cholesky"`` from
+:class:`SufficientStatistics`), :mod:`.design` (``"svd"``, ``"dual"``),
+:mod:`.cg` (matrix-free) and :mod:`.lsmr` (sparse rows).
+"""
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .._features import n_attention_features
+from .._memory import DENSE_ARRAYS, default_memory_budget
+from .._standardize import standardizer_for
+from ._rows import Design, count_rows
+from ._solution import SpectralSolution
+from ._statistics import RowCounts, SufficientStatistics
+from .cg import solve_cg
+from .design import solve_dual, solve_svd
+from .lsmr import solve_lsmr
+from .normal import FULL_SPECTRUM_PSI, solve_cholesky, solve_eigh
+
+__all__ = [
+    "REGISTRY",
+    "SOLVERS",
+    "STATISTICS_SOLVERS",
+    "Design",
+    "RowCounts",
+    "Solver",
+    "SpectralSolution",
+    "SufficientStatistics",
+    "check_solver_memory",
+    "choose_solver",
+    "solve",
+    "solve_arrays",
+    "solve_statistics",
+    "solver_memory",
+]
+
+
+def _normal_equations_memory(n_rows, psi):
+    return DENSE_ARRAYS * 8 * psi * psi
+
+
+def _svd_memory(n_rows, psi):
+    k = min(n_rows, psi)
+    return 8.0 * (3 * n_rows * psi + psi * psi + 4 * k * k)
+
+
+def _dual_memory(n_rows, psi):
+    return 8.0 * (3 * n_rows * n_rows + n_rows * psi)
+
+
+def _sized_to_budget(n_rows, psi):
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Solver:
+    """A solver and what it can do.
+
+    Attributes
+    ----------
+    name : str
+        The ``solver`` value that selects it.
+    function : callable
+        ``function(stats, alpha)`` when ``statistics``, else
+        ``function(design, alpha, options)`` with a :class:`Design` and a
+        dict of ``tol``, ``max_iter`` and ``memory_budget``.
+    statistics : bool
+        Works from :class:`SufficientStatistics` alone: streams over chunks,
+        continues with ``partial_fit``, merges Dask blocks.
+    spectrum : str
+        What the certificate gets: ``"eigenbasis"`` (every eigenvalue and
+        the eigenvectors of the row space), ``"factor"`` (a Cholesky factor
+        and the extreme eigenvalues), ``"min-vector"`` (extreme eigenvalues
+        and the eigenvector of lambda_min) or ``"active-eigenbasis"`` (the
+        eigenbasis over the columns non-zero in some row).
+    memory : callable
+        ``memory(n_rows, psi)``: bytes of the dense arrays it allocates; 0
+        for solvers that size their work to the budget themselves.
+    reads_in_place : bool
+        Reads the caller's array chunk by chunk instead of a validated copy.
+    sparse_only : bool
+        Only worth it on sparse (one-hot) tokens; never chosen by ``"auto"``.
+    """
+
+    name: str
+    function: Callable
+    statistics: bool
+    spectrum: str
+    memory: Callable
+    reads_in_place: bool = False
+    sparse_only: bool = False
+
+
+REGISTRY = {
+    s.name: s
+    for s in (
+        Solver("eigh", solve_eigh, True, "eigenbasis", _normal_equations_memory),
+        Solver("cholesky", solve_cholesky, True, "factor", _normal_equations_memory),
+        Solver("svd", solve_svd, False, "eigenbasis", _svd_memory),
+        Solver("dual", solve_dual, False, "eigenbasis", _dual_memory),
+        Solver("cg", solve_cg, False, "min-vector", _sized_to_budget, reads_in_place=True),
+        Solver("lsmr", solve_lsmr, False, "active-eigenbasis", _sized_to_budget,
+               sparse_only=True),
+    )
+}
+# The values ``solver`` accepts.
+SOLVERS = ("auto",) + tuple(REGISTRY)
+STATISTICS_SOLVERS = tuple(name for name, s in REGISTRY.items() if s.statistics)
+
+
+def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
+    """Resolve ``"auto"`` from the shape of the design and the memory budget.
+
+    - Dense psi x psi arrays of the normal equations above ``memory_budget``
+      -> ``"cg"`` (matrix-free).
+    - Fewer rows than features (wide) -> ``"dual"`` when the kernel matrix
+      and the row basis fit, else ``"cg"``.  (``"svd"`` gives the same
+      minimum-norm solution; the user guide's solver table says when it is
+      worth its cost.)
+    - Otherwise (tall) -> ``"eigh"`` when psi <= 64, where its cost is
+      negligible and it gives the whole spectrum, else ``"cholesky"``.
+
+    Parameters
+    ----------
+    solver : str
+        Returned unchanged unless ``"auto"``.
+    n_rows : int
+        Number of feature rows (an upper bound is fine).
+    psi : int
+        Number of features.
+    memory_budget : int or None, default=None
+        Bytes; None uses half the physical memory.
+    statistics : bool, default=False
+        Only the statistics solvers ("eigh", "cholesky") are possible.
+
+    Returns
+    -------
+    solver : str
+        A name in :data:`REGISTRY`.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._solvers import choose_solver
+    >>> choose_solver("auto", 20000, 2176, memory_budget=2**33)
+    'cholesky'
+    >>> choose_solver("auto", 150000, 133120, memory_budget=2**32)
+    'cg'
+    >>> choose_solver("auto", 100, 2176, memory_budget=2**33)
+    'dual'
+    """
+    if solver != "auto":
+        return solver
+    tall_choice = "eigh" if psi <= FULL_SPECTRUM_PSI else "cholesky"
+    if statistics:
+        return tall_choice
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    if n_rows < psi:
+        return "dual" if solver_memory("dual", n_rows, psi) <= budget else "cg"
+    return tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
+
+
+def solver_memory(solver, n_rows, psi):
+    """Bytes of the dense arrays a solver allocates for a design of n_rows x psi.
+
+    ``"eigh"`` and ``"cholesky"`` hold about 3.25 psi x psi float64 arrays
+    (statistics, Gram matrix, eigenvectors or factor); ``"svd"`` the design
+    matrix, its copy for LAPACK and the factors (``3 n_rows psi + psi**2 + 4
+    k**2`` values, k = min(n_rows, psi)); ``"dual"`` the n_rows x n_rows
+    kernel, its eigenvectors and LAPACK's work space, and the row basis
+    (``3 n_rows**2 + n_rows psi`` values).  ``"cg"`` sizes its cache and
+    Lanczos vectors to the budget and ``"lsmr"`` checks its sparse rows while
+    it builds them, so both count 0 here.
+
+    Parameters
+    ----------
+    solver : str
+        A name in :data:`REGISTRY`.
+    n_rows, psi : int
+        Shape of the design.
+
+    Returns
+    -------
+    float
+        Bytes.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._solvers import solver_memory
+    >>> round(solver_memory("dual", 1000, 936) / 2**20, 1)  # MiB
+    30.0
+    """
+    return float(REGISTRY[solver].memory(int(n_rows), int(psi)))
+
+
+def check_solver_memory(solver, n_rows, psi, memory_budget=None):
+    """Raise a ValueError before a solver allocates more than the memory budget.
+
+    The message gives the estimate (:func:`solver_memory`), the budget and
+    the solvers whose arrays would fit.
+    """
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    need = solver_memory(solver, n_rows, psi)
+    if need <= budget:
+        return
+    fits = [name for name, s in REGISTRY.items()
+            if not s.sparse_only and solver_memory(name, n_rows, psi) <= budget]
+    what = {
+        "dual": f"the {n_rows} x {n_rows} kernel matrix of N = {n_rows} feature rows",
+        "svd": f"the {n_rows} x {psi} design matrix and its SVD",
+    }.get(solver, f"{psi} x {psi} dense matrices (psi = {psi} features)")
+    raise ValueError(
+        f"solver={solver!r} needs about {need / 2**30:.3g} GiB for {what}, more than the "
+        f"memory budget of {budget / 2**30:.3g} GiB (half the physical memory); solvers "
+        f"whose arrays fit: {fits}."
+    )
+
+
+def solve_statistics(stats, alpha=0.0, solver="eigh"):
+    """Finish a fit from sufficient statistics.
+
+    Statistics accumulated anywhere (chunks of a stream, blocks of a
+    distributed array combined with :meth:`SufficientStatistics.merge`) give
+    the same coefficients and spectrum as a fit on all the data at once.
+
+    Parameters
+    ----------
+    stats : SufficientStatistics
+        At least one row of positive weight.
+    alpha : float, default=0.0
+        Ridge penalty; 0 gives the minimum-norm least-squares solution.
+    solver : {"eigh", "cholesky", "auto"}, default="eigh"
+        ``"auto"`` picks by shape as :func:`choose_solver` does.
+
+    Returns
+    -------
+    solution : SpectralSolution
+        With ``counts`` the statistics themselves.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._solvers import SufficientStatistics, solve_statistics
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(40, 4, 2))
+    >>> y = (X[:, :, 0] ** 2).sum(axis=1) * X[:, -1, 1]  # a linear-attention output
+    >>> stats = SufficientStatistics(2, 1).update(X, np.full(40, 4), y[:, None])
+    >>> solution = solve_statistics(stats)
+    >>> solution.rank, np.round(solution.coef, 8) + 0.0
+    (6, array([[0., 1., 0., 0., 0., 0.]]))
+    """
+    if not isinstance(stats, SufficientStatistics):
+        raise TypeError(f"stats must be a SufficientStatistics; got {type(stats).__name__}.")
+    if solver == "auto":
+        solver = choose_solver("auto", stats.n_rows, stats.n_features, statistics=True)
+    if solver not in STATISTICS_SOLVERS:
+        raise ValueError(
+            f"solver must be one of {('auto',) + STATISTICS_SOLVERS} to solve from sufficient "
+            f"statistics; got {solver!r} (it needs the sequences themselves)."
+        )
+    if stats.n_rows == 0:
+        raise ValueError(
+            "stats hold no feature row: every sequence so far had zero weight, or none "
+            "was added; there is nothing to fit."
+        )
+    solution = REGISTRY[solver].function(stats, alpha)
+    solution.counts = stats
+    return solution
+
+
+def solve(batches, arrays, *, d, d_out, readout, solver, standardizer, alpha=0.0,
+          tol=1e-8, max_iter=None, memory_budget=None):
+    """The one dispatch: validated batches to a solution with its counts.
+
+    Parameters
+    ----------
+    batches : callable
+        ``batches()`` iterates over validated ``(X, lengths, Y, sample_weight)``
+        batches (padded arrays as :func:`~.._validation.check_sequences`
+        returns them); called once by the statistics solvers.
+    arrays : callable
+        ``arrays(copy)`` returns the whole data as one such batch (``copy``
+        False allows the caller's own array, padding ignored by length);
+        called once by the other solvers.
+    d, d_out : int and int or None
+        Token dimension and number of outputs (None: no targets, for the
+        certificate).
+    readout : {"last", "all"}
+    solver : str
+        A name in :data:`REGISTRY` (``"auto"`` already resolved).
+    standardizer : TokenStandardizer
+        Standardized coordinates of the data.
+    alpha : float, default=0.0
+        Ridge penalty on the coefficients in the data's units.
+    tol, max_iter, memory_budget
+        Options of the solvers that use them (``"cg"``, ``"lsmr"``).
+
+    Returns
+    -------
+    solution : SpectralSolution
+        ``solution.counts`` holds the rows' counts (the statistics themselves
+        for the statistics solvers).
+    """
+    spec = REGISTRY[solver]
+    if spec.statistics:
+        stats = SufficientStatistics(d, d_out, standardizer=standardizer)
+        for X, lengths, Y, w in batches():
+            stats.update(X, lengths, Y, readout=readout, sample_weight=w)
+        if stats.n_rows == 0:
+            raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
+        return solve_statistics(stats, alpha, solver)
+    X, lengths, Y, w = arrays(not spec.reads_in_place)
+    counts = RowCounts(d, d_out, standardizer=standardizer)
+    counts.update(X, lengths, Y, readout=readout, sample_weight=w)
+    if counts.n_rows == 0:
+        raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
+    design = Design(X, lengths, Y, readout, w, standardizer, counts.dtype)
+    options = dict(tol=tol, max_iter=max_iter, memory_budget=memory_budget)
+    solution = spec.function(design, alpha, options)
+    solution.counts = counts
+    return solution
+
+
+def solve_arrays(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto",
+                 sample_weight=None, tol=1e-8, max_iter=None, memory_budget=None,
+                 standardizer=None):
+    """Fit coefficients and the Gram spectrum of in-memory arrays in one call.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Padded sequences (float32 or float64); values at positions
+        ``>= lengths`` are ignored.
+    lengths : ndarray of shape (n_samples,)
+    Y : ndarray or None
+        Targets as returned by ``check_targets``; None computes the spectrum
+        only (for the certificate).
+    readout : {"last", "all"}
+    alpha : float
+        Ridge penalty on the coefficients (in the units of X and Y).
+    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}
+        ``"lsmr"`` (sparse rows, for one-hot data) is never chosen by ``"auto"``.
+    sample_weight : ndarray of shape (n_samples,) or None
+        Non-negative weight of each sequence (of all its rows for ``"all"``).
+    tol, max_iter : float, int or None
+        Stopping rule of ``"cg"``; ``max_iter`` also caps ``"lsmr"``.
+    memory_budget : int or None
+        For ``"auto"``, the memory check of an explicit solver and the
+        certificate of ``"lsmr"``.
+    standardizer : TokenStandardizer or None
+        The standardized coordinates; None computes them from X.
+
+    Returns
+    -------
+    solution : SpectralSolution
+        With ``counts``.
+
+    Raises
+    ------
+    ValueError
+        When the solver's dense arrays would not fit the memory budget (the
+        message says which solvers would), or every row has zero weight.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._solvers import solve_arrays
+    >>> X = np.random.default_rng(0).normal(size=(30, 4, 2))
+    >>> Y = X[:, -1, :1] * (X[:, :, :1] ** 2).sum(axis=1)
+    >>> coefs = [solve_arrays(X, np.full(30, 4), Y, solver=s).coef
+    ...          for s in ("eigh", "cholesky", "svd", "dual", "cg")]
+    >>> all(np.allclose(c, coefs[0], atol=1e-7) for c in coefs)
+    True
+    """
+    d = X.shape[2]
+    psi = n_attention_features(d)
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+    n_rows = count_rows(lengths, readout, sample_weight)
+    solver = choose_solver(solver, n_rows, psi, memory_budget=memory_budget)
+    if solver not in REGISTRY:
+        raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
+    check_solver_memory(solver, n_rows, psi, memory_budget)
+    if standardizer is None:
+        standardizer = standardizer_for(X, lengths, Y, sample_weight)
+    return solve(
+        lambda: iter([(X, lengths, Y, sample_weight)]),
+        lambda copy: (X, lengths, Y, sample_weight),
+        d=d, d_out=None if Y is None else Y.shape[-1], readout=readout, solver=solver,
+        standardizer=standardizer, alpha=alpha, tol=tol, max_iter=max_iter,
+        memory_budget=memory_budget,
+    )

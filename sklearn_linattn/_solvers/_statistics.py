@@ -1,0 +1,505 @@
+"""Sufficient statistics of the least squares: row counts, ``Phi^T W Phi`` and ``Phi^T W Y``."""
+
+import numpy as np
+
+from .._features import features_rmatvec, n_attention_features, pair_index_matrix, pair_indices
+from .._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
+from .._standardize import TokenStandardizer, feature_map
+from .._validation import check_lengths_array, check_readout
+from ._rows import chunk_rows
+
+__all__ = ["RowCounts", "SufficientStatistics"]
+
+# Pair products of the moments formed at a time while accumulating the Gram
+# matrix (2**20 float64 values, 8 MiB: they stay in cache for the GEMM).
+_GRAM_BLOCK_VALUES = 2**20
+# Up to this many features the transposed feature rows themselves and one
+# SYRK are cheaper than pair products (which save little arithmetic there).
+_ROWS_UP_TO_PSI = 64
+
+
+def _check_batch(X, lengths, Y, sample_weight, d, d_out, readout):
+    """Shapes of an internal batch (zero-padded arrays, as the package's validation returns)."""
+    X = np.asarray(X)
+    if X.ndim != 3 or X.shape[2] != d:
+        raise ValueError(
+            f"X must be a zero-padded array of shape (n_samples, n_tokens, {d}); got shape "
+            f"{X.shape}."
+        )
+    lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
+    if (Y is None) != (d_out is None):
+        raise ValueError(
+            "Y must be given exactly when the statistics have targets: these statistics "
+            f"have d_out={d_out}, got Y={'None' if Y is None else 'an array'}."
+        )
+    if Y is not None:
+        Y = np.asarray(Y)
+        expected = (X.shape[0], d_out) if readout == "last" else (*X.shape[:2], d_out)
+        if Y.shape != expected:
+            raise ValueError(
+                f"Y must have shape {expected} for readout={readout!r}; got shape {Y.shape}."
+            )
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight, dtype=np.float64)
+        if sample_weight.shape != (X.shape[0],):
+            raise ValueError(
+                f"sample_weight must have shape ({X.shape[0]},); got shape "
+                f"{sample_weight.shape}."
+            )
+        if not np.all(np.isfinite(sample_weight)) or np.any(sample_weight < 0):
+            raise ValueError("sample_weight must hold finite non-negative numbers.")
+    return X, lengths.astype(np.int64, copy=False), Y, sample_weight
+
+
+def _pair_offsets(P):
+    """Start of each row block p (pairs (p, q), q >= p) in triu order."""
+    return np.concatenate([[0], np.cumsum(P - np.arange(P))])
+
+
+class RowCounts:
+    """Counts of the feature rows of positive weight, and the energy of their targets.
+
+    What every fit knows about its rows whatever the solver: how many there
+    are, their weights, the least precise input dtype, and the weighted sum
+    of squares of the (standardized) targets.  :class:`SufficientStatistics`
+    adds the Gram matrix and the moment.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    d_out : int or None, default=None
+        Number of outputs; None for rows without targets (the certificate).
+    standardizer : TokenStandardizer or None, default=None
+        Standardized coordinates of the rows (see :mod:`.._standardize`);
+        None counts the data as given.
+
+    Attributes
+    ----------
+    readout : {"last", "all"} or None
+        Readout of the counted rows; fixed by the first :meth:`update`.
+    y_sq : ndarray of shape (d_out,) or None
+        Weighted sum of squares of the targets.
+    n_rows : int
+        Number of feature rows with positive weight.
+    n_samples : int
+        Number of sequences with positive weight.
+    weight_sum : float
+        Sum of the row weights (``n_rows`` without weights).
+    min_weight : float
+        Smallest positive row weight (inf before any row).
+    dtype : numpy dtype
+        The least precise floating dtype seen in the inputs.
+    n_tokens : int
+        Longest padded length seen.
+    """
+
+    has_gram = False
+
+    def __init__(self, d, d_out=None, *, standardizer=None):
+        self.d = int(d)
+        if self.d < 1:
+            raise ValueError(f"d must be a positive integer; got {d!r}.")
+        if d_out is not None and int(d_out) < 1:
+            raise ValueError(f"d_out must be None or a positive integer; got {d_out!r}.")
+        self.d_out = None if d_out is None else int(d_out)
+        if standardizer is None:
+            standardizer = TokenStandardizer.identity(self.d, self.d_out)
+        if standardizer.d != self.d:
+            raise ValueError(
+                f"the standardizer is for d={standardizer.d}, but these statistics have "
+                f"d={self.d}."
+            )
+        self.standardizer = standardizer
+        self.readout = None
+        self.y_sq = None if self.d_out is None else np.zeros(self.d_out)
+        self.n_rows = 0
+        self.n_samples = 0
+        self.weight_sum = 0.0
+        self.min_weight = np.inf
+        self.dtype = np.dtype(np.float64)
+        self.n_tokens = 0
+
+    def __repr__(self):
+        return (
+            f"{type(self).__name__}(d={self.d}, d_out={self.d_out}, readout={self.readout!r}, "
+            f"n_samples={self.n_samples}, n_rows={self.n_rows})"
+        )
+
+    @property
+    def n_features(self):
+        """Number of features psi."""
+        return n_attention_features(self.d)
+
+    def update(self, X, lengths, Y=None, *, readout="last", sample_weight=None):
+        """Add the feature rows of a batch of sequences.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_tokens, d)
+            Padded sequences (float32 or float64); values at positions
+            ``>= lengths`` are ignored (zero or NaN).
+        lengths : ndarray of int, shape (n_samples,)
+            Number of real tokens of each sequence.
+        Y : ndarray or None
+            Targets as :func:`~.._validation.check_targets` returns them:
+            shape (n_samples, d_out) for ``"last"``, (n_samples, n_tokens,
+            d_out) for ``"all"``; given exactly when ``d_out`` is not None.
+        readout : {"last", "all"}, default="last"
+            Must be the same in every call.
+        sample_weight : ndarray of shape (n_samples,) or None
+            Non-negative weight of each sequence (of each of its positions for
+            ``"all"``); rows of weight zero are skipped.
+
+        Returns
+        -------
+        self
+            The updated statistics.
+        """
+        check_readout(readout)
+        if self.readout is not None and readout != self.readout:
+            raise ValueError(
+                f"readout must stay {self.readout!r} for these statistics; got {readout!r}."
+            )
+        X, lengths, Y, w = _check_batch(
+            X, lengths, Y, sample_weight, self.d, self.d_out, readout
+        )
+        self.readout = readout
+        n_samples, n_tokens = X.shape[:2]
+        if np.dtype(X.dtype).kind == "f" and np.dtype(X.dtype).itemsize < self.dtype.itemsize:
+            self.dtype = np.dtype(X.dtype)
+        self.n_tokens = max(self.n_tokens, int(n_tokens))
+        self.n_samples += n_samples if w is None else int(np.count_nonzero(w > 0))
+        self._add(X, lengths, Y, w, readout)
+        return self
+
+    def _add(self, X, lengths, Y, w, readout):
+        """Counts and target energy of a batch (standardized targets and weights)."""
+        Y = None if Y is None else self.standardizer.transform_targets(Y)
+        w = self.standardizer.transform_weights(w)
+        rows = np.ones_like(lengths) if readout == "last" else lengths
+        ws = np.ones(lengths.shape[0]) if w is None else w
+        pos = ws > 0
+        self.n_rows += int(rows[pos].sum())
+        self.weight_sum += float((ws * rows).sum())
+        if pos.any():
+            self.min_weight = min(self.min_weight, float(ws[pos].min()))
+        if Y is not None:
+            Yf = np.asarray(Y, dtype=np.float64)
+            if readout == "all":
+                Yf = Yf * real_tokens(lengths, X.shape[1])[:, :, None]
+                self.y_sq += (ws[:, None, None] * Yf * Yf).sum(axis=(0, 1))
+            else:
+                self.y_sq += (ws[:, None] * Yf * Yf).sum(axis=0)
+
+    def _copy_into(self, standardizer):
+        """A copy in other standardized coordinates: counts and energy mapped exactly."""
+        old = self.standardizer
+        out = type(self).__new__(type(self))
+        out.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+                             for k, v in self.__dict__.items()})
+        out.standardizer = standardizer
+        if standardizer == old:
+            return out, None
+        wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
+        yf = None
+        if self.d_out is not None:
+            ey_old = old.y_exponents if old.y_exponents is not None else np.zeros(self.d_out, int)
+            ey_new = (standardizer.y_exponents if standardizer.y_exponents is not None
+                      else np.zeros(self.d_out, int))
+            yf = np.ldexp(wf, ey_old - ey_new)
+            out.y_sq = self.y_sq * yf * np.ldexp(1.0, ey_old - ey_new)
+        out.weight_sum = self.weight_sum * wf
+        out.min_weight = self.min_weight * wf
+        return out, yf
+
+    def restandardized(self, standardizer):
+        """The same counts in other standardized coordinates (a new object).
+
+        Parameters
+        ----------
+        standardizer : TokenStandardizer
+            The new coordinates.
+
+        Returns
+        -------
+        RowCounts
+            A new object; this one is unchanged.
+        """
+        return self._copy_into(standardizer)[0]
+
+    def merge(self, other):
+        """Add the counts of other (disjoint) data, in place.
+
+        Parameters
+        ----------
+        other : RowCounts
+            Same class, ``d``, ``d_out``, readout and standardized coordinates.
+
+        Returns
+        -------
+        self
+            The merged statistics.
+        """
+        if not isinstance(other, RowCounts) or other.has_gram != self.has_gram:
+            raise TypeError(
+                f"other must be a {type(self).__name__}; got {type(other).__name__}."
+            )
+        if (other.d, other.d_out) != (self.d, self.d_out):
+            raise ValueError(
+                f"cannot merge statistics of d={other.d}, d_out={other.d_out} into "
+                f"statistics of d={self.d}, d_out={self.d_out}."
+            )
+        if other.standardizer != self.standardizer:
+            raise ValueError(
+                "cannot merge statistics accumulated in different standardized coordinates: "
+                "create both with the same standardizer."
+            )
+        if self.readout is not None and other.readout is not None and (
+            self.readout != other.readout
+        ):
+            raise ValueError(
+                f"cannot merge statistics of readout={other.readout!r} into statistics of "
+                f"readout={self.readout!r}."
+            )
+        self.readout = self.readout if self.readout is not None else other.readout
+        if self.y_sq is not None:
+            self.y_sq += other.y_sq
+        self.n_rows += other.n_rows
+        self.n_samples += other.n_samples
+        self.weight_sum += other.weight_sum
+        self.min_weight = min(self.min_weight, other.min_weight)
+        if other.dtype.itemsize < self.dtype.itemsize:
+            self.dtype = other.dtype
+        self.n_tokens = max(self.n_tokens, other.n_tokens)
+        return self
+
+
+class SufficientStatistics(RowCounts):
+    """Running ``Phi^T W Phi`` and ``Phi^T W Y`` over feature rows, with their counts.
+
+    Statistics of disjoint data add up (:meth:`merge`), which is how
+    streaming, ``partial_fit`` and Dask fits work; the normal-equation
+    solvers finish a fit from them.  The Gram matrix
+    ``G[(p, l), (q, m)] = sum_r w_r S_rp S_rq x_rl x_rm`` is symmetric in
+    ``(p, q)`` and in ``(l, m)`` separately, so only about a quarter of its
+    psi**2 entries differ.  They are stored compactly and accumulated by one
+    GEMM per chunk of rows (pair products of the folded moments times pair
+    products of the tokens), about half the arithmetic of ``Phi.T @ Phi``;
+    :attr:`gram` expands them.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    d_out : int or None, default=None
+        Number of outputs; None accumulates the Gram matrix only (for the
+        certificate).
+    standardizer : TokenStandardizer or None, default=None
+        Standardized coordinates the rows are accumulated in: every statistic
+        is that of the standardized tokens, targets and weights.  None
+        accumulates the data as given.
+
+    Attributes
+    ----------
+    moment : ndarray of shape (psi, d_out) or None
+        ``Phi^T W Y``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import attention_features
+    >>> from sklearn_linattn._solvers import SufficientStatistics
+    >>> X = np.random.default_rng(0).normal(size=(30, 4, 2))
+    >>> lengths = np.full(30, 4)
+    >>> a = SufficientStatistics(2).update(X[:10], lengths[:10])
+    >>> b = SufficientStatistics(2).update(X[10:], lengths[10:])
+    >>> H = attention_features(X, lengths)
+    >>> bool(np.allclose(a.merge(b).gram, H.T @ H)), a.n_rows
+    (True, 30)
+    """
+
+    has_gram = True
+
+    def __init__(self, d, d_out=None, *, standardizer=None):
+        super().__init__(d, d_out, standardizer=standardizer)
+        P = n_pairs(self.d)
+        self._compact = np.zeros((n_pairs(P), P))
+        self.moment = None if self.d_out is None else np.zeros((self.n_features, self.d_out))
+
+    @property
+    def gram(self):
+        """The full Gram matrix ``Phi^T W Phi``, shape (psi, psi), as a new array."""
+        P = n_pairs(self.d)
+        ip, idd = pair_index_matrix(P), pair_index_matrix(self.d)
+        G = self._compact[ip[:, None, :, None], idd[None, :, None, :]]
+        return G.reshape(self.n_features, self.n_features)
+
+    def _set_gram(self, value):
+        """Store the distinct entries of a psi x psi matrix with the Gram matrix's symmetries."""
+        P = n_pairs(self.d)
+        jp, kp = pair_indices(P)
+        jd, kd = pair_indices(self.d)
+        G4 = np.asarray(value, dtype=np.float64).reshape(P, self.d, P, self.d)
+        self._compact = np.ascontiguousarray(
+            G4[jp[:, None], jd[None, :], kp[:, None], kd[None, :]]
+        )
+
+    def _add(self, X, lengths, Y, w, readout):
+        n_samples, n_tokens = X.shape[:2]
+        per_row = 3 * n_pairs(self.d) + 2 * self.d + (self.d_out or 0) * (self.d + 2)
+        per_sample = sample_values(self.d, n_tokens, readout, per_row)
+        for sl in iter_sample_chunks(n_samples, per_sample):
+            S, x, wr, Yr = chunk_rows(X, lengths, sl, readout, Y, w, self.standardizer)
+            self._accumulate(S, x, wr, Yr)
+
+    def _accumulate(self, S, x, w, Yr):
+        """Add the rows ``kron(S_r, x_r)`` with weights w (None: ones) and targets Yr."""
+        m = S.shape[0]
+        if m == 0:
+            return
+        if self.n_features <= _ROWS_UP_TO_PSI:
+            # The moment and y_sq come out of the same SYRK.
+            self._accumulate_rows(S, x, w, Yr)
+        else:
+            self._accumulate_pairs(S, x, w)
+        if Yr is not None and self.n_features > _ROWS_UP_TO_PSI:
+            Yw = Yr if w is None else Yr * w[:, None]
+            self.moment += features_rmatvec(S, x, Yw).T
+            self.y_sq += np.einsum("ra,ra->a", Yw, Yr)
+        self.n_rows += m
+        self.weight_sum += float(m if w is None else w.sum())
+        self.min_weight = min(self.min_weight, 1.0 if w is None else float(w.min()))
+
+    def _accumulate_rows(self, S, x, w, Yr):
+        """Small psi: transposed feature rows (and targets) and one SYRK per block of rows.
+
+        At psi <= 64 the pair products of :meth:`_accumulate_pairs` save
+        little arithmetic and cost more memory traffic than the rows
+        themselves, built here with long inner loops (rows along the last
+        axis) a cache-sized block at a time.  The targets ride along as
+        extra rows, so the same product gives ``Phi^T W Y`` and the weighted
+        sums of squares of the targets.
+        """
+        m, P = S.shape
+        d, psi = self.d, self.n_features
+        d_out = 0 if Yr is None else Yr.shape[1]
+        St, xt = np.ascontiguousarray(S.T), np.ascontiguousarray(x.T)
+        Yt = None if Yr is None else np.ascontiguousarray(Yr.T)
+        sw = None if w is None else np.sqrt(w)
+        step = max(1, _GRAM_BLOCK_VALUES // (psi + d_out))
+        buffer = np.empty((psi + d_out, min(step, m)))
+        G = np.zeros((psi + d_out, psi + d_out))
+        for start in range(0, m, step):
+            stop = min(start + step, m)
+            H = buffer[:, : stop - start]
+            np.multiply(St[:, None, start:stop], xt[None, :, start:stop],
+                        out=H[:psi].reshape(P, d, stop - start))
+            if Yt is not None:
+                H[psi:] = Yt[:, start:stop]
+            if sw is not None:
+                H *= sw[start:stop]
+            G += H @ H.T
+        jp, kp = pair_indices(P)
+        jd, kd = pair_indices(d)
+        index = (jp[:, None] * d + jd[None, :]) * (psi + d_out) + (kp[:, None] * d + kd[None, :])
+        self._compact += G.reshape(-1)[index]
+        if Yt is not None:
+            self.moment += G[:psi, psi:]
+            self.y_sq += np.diagonal(G[psi:, psi:])
+
+    def _accumulate_pairs(self, S, x, w):
+        """Distinct Gram entries from pair products of the moments and of the tokens."""
+        m, P = S.shape
+        # Pair products of the moments (rows (p, q), q >= p, in triu order)
+        # times pair products of the tokens: a GEMM gives every distinct Gram
+        # entry of this chunk.  The pair products are formed a block of rows
+        # at a time, small enough to stay in cache until the GEMM reads them.
+        St = np.ascontiguousarray(S.T)
+        offsets = _pair_offsets(P)
+        jd, kd = pair_indices(self.d)
+        B = x[:, jd] * x[:, kd]
+        if w is not None:
+            B *= w[:, None]
+        block = max(1, _GRAM_BLOCK_VALUES // m)
+        buffer = np.empty(min(offsets[-1], max(block, P)) * m)
+        p = 0
+        while p < P:
+            stop = p + 1  # rows offsets[p]:offsets[stop] of the compact Gram
+            while stop < P and offsets[stop + 1] - offsets[p] <= block:
+                stop += 1
+            start = offsets[p]
+            A = buffer[: (offsets[stop] - start) * m].reshape(-1, m)
+            for q in range(p, stop):
+                np.multiply(St[q:], St[q], out=A[offsets[q] - start : offsets[q + 1] - start])
+            self._compact[start : offsets[stop]] += A @ B
+            p = stop
+
+    def restandardized(self, standardizer):
+        """The same statistics in other standardized coordinates (a new object).
+
+        The feature rows of the two coordinates differ by a Kronecker map
+        (:func:`~.._standardize.feature_map`) and the weights and targets by
+        powers of two, so the Gram matrix and the moment are transformed
+        exactly (to rounding) instead of being accumulated again.
+
+        Parameters
+        ----------
+        standardizer : TokenStandardizer
+            The new coordinates.
+
+        Returns
+        -------
+        SufficientStatistics
+            A new object; this one is unchanged.
+        """
+        old = self.standardizer
+        out, yf = self._copy_into(standardizer)
+        if standardizer == old:
+            return out
+        A, B = feature_map(old, standardizer)
+        wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
+        P, d = A.shape[0], self.d
+        G = self.gram.reshape(P, d, P, d)
+        G = np.tensordot(A, G, axes=([1], [0]))               # (p', l, q, m)
+        G = np.tensordot(B, G, axes=([1], [1])).swapaxes(0, 1)  # (p', l', q, m)
+        G = np.tensordot(G, A, axes=([2], [1]))               # (p', l', m, q')
+        G = np.tensordot(G, B, axes=([2], [1]))               # (p', l', q', m')
+        out._set_gram(G.reshape(P * d, P * d) * wf)
+        if self.moment is not None:
+            b = self.moment.reshape(P, d, self.d_out)
+            b = np.einsum("ip,jl,pla->ija", A, B, b).reshape(P * d, self.d_out)
+            out.moment = b * yf
+        return out
+
+    def merge(self, other):
+        """Add the statistics of other (disjoint) data, in place.
+
+        Parameters
+        ----------
+        other : SufficientStatistics
+            Same ``d``, ``d_out``, readout and standardized coordinates.
+
+        Returns
+        -------
+        self : SufficientStatistics
+            The merged statistics.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn._solvers import SufficientStatistics
+        >>> X = np.random.default_rng(0).normal(size=(8, 3, 2))
+        >>> Y = X[:, -1, :1]
+        >>> whole = SufficientStatistics(2, 1).update(X, np.full(8, 3), Y)
+        >>> parts = [SufficientStatistics(2, 1).update(X[i::2], np.full(4, 3), Y[i::2])
+        ...          for i in range(2)]
+        >>> merged = parts[0].merge(parts[1])
+        >>> bool(np.allclose(merged.gram, whole.gram)), merged.n_samples
+        (True, 8)
+        """
+        super().merge(other)
+        self._compact += other._compact
+        if self.moment is not None:
+            self.moment += other.moment
+        return self

@@ -1,0 +1,328 @@
+"""The matrix-free solver ``"cg"``: preconditioned CG on implicit normal equations."""
+
+import warnings
+
+import numpy as np
+import scipy.linalg
+from sklearn.exceptions import ConvergenceWarning
+
+from .._features import features_matvec, features_rmatvec, n_attention_features
+from .._krylov import pcg
+from .._memory import default_memory_budget, iter_sample_chunks, n_pairs, sample_values
+from .._spectrum import eigenvalue_tolerance, implicit_extremes
+from ._rows import chunk_rows, count_rows
+from ._solution import SpectralSolution, zero_design_solution
+
+__all__ = ["solve_cg"]
+
+# Default iteration cap of "cg".
+_CG_MAX_ITER = 1000
+# "cg" caches the row factors (folded moments, last tokens, weights) in
+# float64 when they fit in this fraction of the memory budget, else in
+# float32 (then every result is checked with exact float64 products streamed
+# from X) when they fit in that fraction.
+_CG_CACHE_FRACTION = {np.dtype(np.float64): 1 / 8, np.dtype(np.float32): 1 / 4}
+
+
+class _ImplicitGram:
+    """``G = Phi^T W Phi`` as products over the row factors; never formed.
+
+    Without a cache, one product ``G V`` (V of shape (psi, k)) recomputes the
+    row factors of every chunk of sequences (O(N n d^2)) and does two GEMMs
+    with them (O(N d^3 k)).  With ``cache_dtype``, :meth:`setup` keeps the
+    folded moments, last tokens and weights of every row (``n_rows * (P + d +
+    1)`` values) and :meth:`matmat` is just the two GEMMs, in that dtype.
+    A float32 cache makes :meth:`matmat` inexact (relative error about 1e-7):
+    :meth:`matmat_exact` then streams float64 products from X, and
+    :attr:`exact` is False.
+    """
+
+    def __init__(self, X, lengths, readout, sample_weight=None, cache_dtype=None,
+                 standardizer=None):
+        self.X, self.lengths, self.readout = X, lengths, readout
+        self.sample_weight = sample_weight
+        self.standardizer = standardizer
+        self.n_samples, self.n_tokens, self.d = X.shape
+        self.P = n_pairs(self.d)
+        self.psi = n_attention_features(self.d)
+        self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
+        self._cache = None
+
+    @property
+    def exact(self):
+        """Whether :meth:`matmat` is a float64 product."""
+        return self._cache is None or self._cache[0].dtype == np.float64
+
+    def _chunks(self, k, Y=None):
+        per_row = self.P * (k + 2) + self.d * (k + 2)
+        per_sample = sample_values(self.d, self.n_tokens, self.readout, per_row)
+        for sl in iter_sample_chunks(self.n_samples, per_sample):
+            yield chunk_rows(self.X, self.lengths, sl, self.readout, Y, self.sample_weight,
+                              self.standardizer)
+
+    def matmat(self, V):
+        """``G @ V`` for V of shape (psi, k), from the cache when there is one."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.ndim == 1:
+            return self.matmat(V[:, None])[:, 0]
+        if self._cache is None:
+            return self.matmat_exact(V)
+        S_all, x_all, w_all = self._cache
+        k = V.shape[1]
+        out = np.zeros((k, self.psi))
+        Vt = np.ascontiguousarray(V.T, dtype=S_all.dtype)
+        for sl in iter_sample_chunks(S_all.shape[0], 3 * self.d * k + k):
+            S, x = S_all[sl], x_all[sl]
+            U = features_matvec(S, x, Vt)
+            if w_all is not None:
+                U *= w_all[sl, None]
+            out += features_rmatvec(S, x, U)
+        return out.T
+
+    def matmat_exact(self, V):
+        """``G @ V`` in float64 (streamed from X unless the cache is float64)."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.ndim == 1:
+            return self.matmat_exact(V[:, None])[:, 0]
+        if self.exact and self._cache is not None:
+            return self.matmat(V)
+        k = V.shape[1]
+        out = np.zeros((k, self.psi))
+        Vt = np.ascontiguousarray(V.T)
+        for S, x, w, _ in self._chunks(k):
+            U = features_matvec(S, x, Vt)
+            if w is not None:
+                U *= w[:, None]
+            out += features_rmatvec(S, x, U)
+        return out.T
+
+    def setup(self, Y=None):
+        """One pass: ``Phi^T W Y``, the Kronecker factors, the trace and the weight sum."""
+        A = np.zeros((self.P, self.P))
+        B = np.zeros((self.d, self.d))
+        d_out = None if Y is None else Y.shape[-1]
+        b = None if Y is None else np.zeros((d_out, self.psi))
+        trace, n_rows, weight_sum = 0.0, 0, 0.0
+        if self.cache_dtype is not None:
+            total = count_rows(self.lengths, self.readout, self.sample_weight)
+            cache = (np.empty((total, self.P), dtype=self.cache_dtype),
+                     np.empty((total, self.d), dtype=self.cache_dtype),
+                     None if self.sample_weight is None
+                     else np.empty(total, dtype=self.cache_dtype))
+        for S, x, w, Yr in self._chunks(max(1, d_out or 1), Y):
+            m = S.shape[0]
+            if m == 0:
+                continue
+            if self.cache_dtype is not None:
+                cache[0][n_rows : n_rows + m] = S
+                cache[1][n_rows : n_rows + m] = x
+                if w is not None:
+                    cache[2][n_rows : n_rows + m] = w
+            if w is None:
+                Sw, xw, rw = S, x, np.ones(m)
+            else:
+                sw = np.sqrt(w)[:, None]
+                Sw, xw, rw = S * sw, x * sw, w
+            A += Sw.T @ Sw
+            B += xw.T @ xw
+            trace += float(rw @ (np.einsum("rp,rp->r", S, S) * np.einsum("rl,rl->r", x, x)))
+            n_rows += m
+            weight_sum += float(rw.sum())
+            if Yr is not None:
+                b += features_rmatvec(S, x, Yr * rw[:, None])
+        if self.cache_dtype is not None:
+            self._cache = cache
+        return dict(A=A, B=B, b=b, trace=trace, weight_sum=weight_sum)
+
+
+class _KroneckerPreconditioner:
+    """Inverse of ``(A kron B) / W + alpha (A_P kron B_P)``, an approximation of ``G + alpha P``.
+
+    ``A = S^T W S`` (P x P) and ``B = x^T W x`` (d x d) are the second
+    moments of the two factors of the rows ``kron(S_r, x_r)``; if they were
+    independent, ``E[h h^T] = E[S S^T] kron E[x x^T]``.  The ridge penalty
+    ``alpha P`` is ``alpha I`` (``penalty=None``) or the Kronecker product
+    ``2**shift (A_P kron B_P)`` of :meth:`TokenStandardizer.penalty_factors`;
+    either way the generalized eigenvectors of ``(A, A_P)`` and ``(B, B_P)``
+    diagonalise both terms, so applying the inverse costs O(P^2 d + P d^2)
+    per vector.  ``range(G)`` lies in ``range(A) kron range(B)``: the
+    positive-semidefinite version (``definite=False``, alpha = 0) inverts
+    there and is zero elsewhere, so that iterates never leave the span of
+    the data.
+    """
+
+    def __init__(self, A, B, weight_sum, alpha, dtype, penalty=None):
+        self.P, self.d = A.shape[0], B.shape[0]
+        self.orthogonal = penalty is None
+        if penalty is None:
+            wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
+            wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
+        else:
+            PA, PB, shift = penalty
+            wa, self.Ua = scipy.linalg.eigh(A, PA, check_finite=False)
+            wb, self.Ub = scipy.linalg.eigh(B, PB, check_finite=False)
+            alpha = float(np.ldexp(alpha, shift))
+        wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
+        keep = (wa > eigenvalue_tolerance(wa.max(), self.P, dtype))[:, None] & (
+            wb > eigenvalue_tolerance(wb.max(), self.d, dtype)
+        )[None, :]
+        D = np.outer(wa, wb) / max(weight_sum, np.finfo(np.float64).tiny)
+        D = D + min(alpha, np.finfo(np.float64).max / 4)
+        self.inv = np.zeros_like(D)
+        if alpha > 0:
+            self.inv = 1.0 / np.maximum(D, np.finfo(np.float64).tiny)
+        else:
+            self.inv[keep] = 1.0 / D[keep]
+        floor = eigenvalue_tolerance(D.max(), self.P * self.d, dtype)
+        self.inv_definite = 1.0 / np.maximum(D, max(floor, np.finfo(np.float64).tiny))
+        # Extreme eigenvalues of the definite M (the inverse of inv_definite).
+        self.min_eigenvalue = float(1.0 / self.inv_definite.max())
+        self.max_eigenvalue = float(1.0 / self.inv_definite.min())
+
+    def apply(self, R, definite=False):
+        return self._diagonal_product(R, self.inv_definite if definite else self.inv)
+
+    def multiply(self, R):
+        """``M R`` for the definite M whose inverse is ``apply(R, definite=True)``."""
+        if not self.orthogonal:
+            raise ValueError("multiply needs the preconditioner of G alone (penalty=None).")
+        return self._diagonal_product(R, 1.0 / self.inv_definite)
+
+    def _diagonal_product(self, R, diagonal):
+        R = np.asarray(R, dtype=np.float64)
+        if R.ndim == 1:
+            return self._diagonal_product(R[:, None], diagonal)[:, 0]
+        k = R.shape[1]
+        R3 = R.T.reshape(k, self.P, self.d)
+        Z = self.Ua.T @ R3 @ self.Ub
+        Z *= diagonal
+        return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
+
+
+def _kronecker_product(factors, alpha):
+    """``alpha 2**shift (A kron B) V`` for V of shape (psi, k), factors ``(A, B, shift)``."""
+    A, B, shift = factors
+    P, d = A.shape[0], B.shape[0]
+
+    def product(V):
+        k = V.shape[1]
+        V3 = V.T.reshape(k, P, d)
+        return np.ldexp(A @ V3 @ B, shift).reshape(k, -1).T * alpha
+    return product
+
+
+def _cg_cache_dtype(n_rows, d, memory_budget=None):
+    """Dtype of the row-factor cache of "cg": float64 or float32 if it fits, else None.
+
+    The cache holds ``n_rows * (P + d + 1)`` values: float64 when they fit in
+    1/8 of ``memory_budget`` (None: :func:`default_memory_budget`), else
+    float32 when they fit in 1/4 of it.  (d = 64, N = 150 000: 2.6 GB in
+    float64, 1.3 GB in float32; with 24 GB of memory the budget is 12 GB and
+    the cache float32.)
+    """
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    values = n_rows * (n_pairs(d) + d + 1)
+    for dtype, fraction in _CG_CACHE_FRACTION.items():
+        if values * dtype.itemsize <= fraction * budget:
+            return dtype
+    return None
+
+
+def solve_cg(design, alpha=0.0, options=None):
+    """Matrix-free fit: preconditioned CG on the normal equations and LOBPCG.
+
+    Never forms ``Phi`` nor ``G = Phi^T W Phi`` (see :class:`_ImplicitGram`).
+    The row factors (folded moments and last tokens, ``n_rows * (P + d)``
+    values) are cached when they fit in the memory budget (float64 in 1/8 of
+    it, else float32 in 1/4; :func:`_cg_cache_dtype`), so a product ``G V``
+    is two GEMMs; otherwise every product streams over the sequences, with
+    memory O(N n d) for X plus O(psi + P^2) and one chunk.  A float32 cache
+    halves memory and arithmetic again; everything computed with it is
+    checked with exact float64 products streamed from X, so the results keep
+    the float64 guarantees: CG replaces its residual by the exact one every
+    two digits and stops on exact residuals only; lambda_max and the Ritz
+    pairs of lambda_min are exact Rayleigh quotients and residuals of the
+    vectors found.  (Without these checks, float32 products would stall CG
+    at a true relative residual near 1e-7.)
+
+    - Coefficients: CG on ``(G + alpha I) c = Phi^T W y`` preconditioned by
+      the Kronecker approximation of :class:`_KroneckerPreconditioner`, until
+      the residual is below ``tol`` times the right-hand side.  With alpha = 0
+      on a rank-deficient design the iterates stay in the span of the
+      preconditioner's range, so the result is the least-squares solution of
+      minimal ``||M^{1/2} c||`` (M the preconditioner), not the Euclidean
+      minimum-norm one of eigh/svd: it fits the training data the same way and
+      agrees with them on every input their certificate ``covers``.
+    - Certificate: lambda_max by Lanczos, lambda_min by LOBPCG (see
+      :func:`implicit_extremes`); the eigenvector of lambda_min is kept.
+
+    ``options`` holds ``tol`` (CG's relative residual), ``max_iter``
+    (default 1000), ``memory_budget`` and, optionally, ``cache_dtype``
+    ("auto", None, "float32" or "float64", overriding the cache rule).
+    """
+    options = {} if options is None else options
+    tol, max_iter = options.get("tol", 1e-8), options.get("max_iter")
+    memory_budget = options.get("memory_budget")
+    X, lengths, Y, readout = design.X, design.lengths, design.Y, design.readout
+    sample_weight, standardizer, dtype = design.sample_weight, design.standardizer, design.dtype
+    cache_dtype = options.get("cache_dtype", "auto")
+    if isinstance(cache_dtype, str) and cache_dtype == "auto":
+        cache_dtype = _cg_cache_dtype(count_rows(lengths, readout, sample_weight), X.shape[2],
+                                      memory_budget)
+    op = _ImplicitGram(X, lengths, readout, sample_weight, cache_dtype=cache_dtype,
+                       standardizer=standardizer)
+    setup = op.setup(Y)
+    if not setup["trace"] > 0:
+        return zero_design_solution(op.psi, None if Y is None else Y.shape[-1], standardizer,
+                                    "cg")
+    precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"],
+                                       0.0, dtype)
+    coef, n_iter = None, 0
+    if Y is not None:
+        max_iter = _CG_MAX_ITER if max_iter is None else int(max_iter)
+        fit_precond, penalty = precond, None
+        alpha_s = standardizer.alpha(alpha)
+        if alpha_s > 0:
+            scalar = standardizer.penalty_scalar()
+            if scalar is not None:
+                a = float(np.ldexp(alpha_s, scalar))
+                fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
+                                                       setup["weight_sum"], a, dtype)
+                penalty = lambda V: a * V  # noqa: E731
+            else:
+                factors = standardizer.penalty_factors()
+                fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
+                                                       setup["weight_sum"], alpha_s, dtype,
+                                                       penalty=factors)
+                penalty = _kronecker_product(factors, alpha_s)
+        C, n_iter, rel = pcg(op.matmat, setup["b"].T, fit_precond.apply, penalty, tol,
+                              max_iter, exact=None if op.exact else op.matmat_exact)
+        if np.any(rel > tol):
+            warnings.warn(
+                f"solver='cg' stopped after {n_iter} iterations with a relative residual of "
+                f"{rel.max():.3g} > tol={tol:g}; increase max_iter or tol.",
+                ConvergenceWarning,
+            )
+        coef = C.T
+    ext = implicit_extremes(op, precond, dtype, memory_budget=memory_budget)
+    identifiable = ext["lambda_min"] - ext["error"] > ext["tol"]
+    if identifiable:
+        rank = op.psi
+    else:
+        rank = op.psi - max(1, int(np.count_nonzero(ext["values"] <= ext["tol"])))
+    return SpectralSolution(
+        coef=None,
+        standardized_coef=coef,
+        standardizer=standardizer,
+        tol=ext["tol"],
+        lambda_max=ext["lambda_max"],
+        lambda_min=ext["lambda_min"],
+        n_features=op.psi,
+        method="cg",
+        min_eigenvector=ext["vector"],
+        lambda_min_error=ext["error"],
+        trace=setup["trace"],
+        rank=rank,
+        rank_is_bound=not identifiable,
+        n_iter=n_iter,
+    )

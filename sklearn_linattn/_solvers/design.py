@@ -1,0 +1,136 @@
+"""Solvers on the design itself: ``"svd"`` of the feature rows, ``"dual"`` through their kernel."""
+
+import numpy as np
+import scipy.linalg
+
+from .._features import _outer_features, features_rmatvec, n_attention_features
+from .._spectrum import descending_eigh, eigenvalue_tolerance
+from ._solution import SpectralSolution, dense_solution
+
+__all__ = ["solve_dual", "solve_svd"]
+
+
+def solve_svd(design, alpha=0.0, options=None):
+    """Solve on the design matrix itself through its SVD (more accurate).
+
+    Conditioning is that of ``W^{1/2} Phi`` rather than of ``Phi^T W Phi``;
+    eigenvalues of the Gram matrix are the squared singular values.  Memory
+    O(n_rows * psi).
+    """
+    psi = n_attention_features(design.X.shape[2])
+    standardizer = design.standardizer
+    S, x, w, Yr = design.rows()
+    Phi = _outer_features(S, x)
+    if w is not None:
+        sw = np.sqrt(w)
+        Phi *= sw[:, None]
+        Yr = None if Yr is None else Yr * sw[:, None]
+    _, s, Vt = scipy.linalg.svd(Phi, full_matrices=False, lapack_driver="gesdd",
+                                check_finite=False)
+    eig = np.zeros(psi)
+    eig[: s.size] = s**2
+    moment = None if Yr is None else Phi.T @ Yr
+    return dense_solution(eig, Vt.T, moment, alpha, design.dtype, "svd", standardizer)
+
+
+def solve_dual(design, alpha=0.0, options=None):
+    """Solve in the dual (kernel) form, for designs with fewer rows than features.
+
+    ``K = W^{1/2} Phi Phi^T W^{1/2}`` costs O(N^2 d^2) from the kernel
+    ``<H_r, H_s> = <S_r, S_s> <x_r, x_s>`` (also between prefixes, so both
+    readouts are supported).  With ``K = U diag(mu) U^T``, the nonzero
+    eigenvalues of the Gram matrix are mu, its eigenvectors
+    ``Phi^T W^{1/2} U mu^{-1/2}``, and the coefficients
+    ``Phi^T W^{1/2} (K + alpha I)^+ W^{1/2} y`` (the pseudo-inverse keeps mu
+    above the zero-eigenvalue tolerance, giving the minimum-norm solution).
+    Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
+
+    With ``alpha > 0`` the penalty is on the user's coefficients, i.e.
+    ``alpha K K^T`` on the standardized ones; unless that is a multiple of
+    the identity the ridge solution uses the kernel of the user's metric,
+    ``Phi (K K^T)^{-1} Phi^T``, which factorises like K (:func:`_dual_ridge`).
+    """
+    psi = n_attention_features(design.X.shape[2])
+    standardizer = design.standardizer
+    S, x, w, Yr = design.rows()
+    K = (S @ S.T) * (x @ x.T)
+    sw = None if w is None else np.sqrt(w)
+    if sw is not None:
+        K *= sw[:, None] * sw[None, :]
+    mu, U = descending_eigh(K, overwrite_a=True)
+    m = mu.size
+    eig = np.zeros(psi)
+    eig[: min(m, psi)] = mu[: min(m, psi)]
+    tol = eigenvalue_tolerance(eig[0] if psi else 0.0, psi, design.dtype)
+    # At most psi eigenvalues of K are not zero (K = Phi Phi^T has rank <= psi);
+    # with more rows than features the others are rounding of size ~ m eps.
+    k = min(m, psi)
+    r = int(np.count_nonzero(eig > tol))
+    Ur = U[:, :r] if sw is None else U[:, :r] * sw[:, None]
+    V = features_rmatvec(S, x, Ur).T / np.sqrt(mu[:r])  # (psi, r) eigenvectors
+    coef = None
+    scalar = standardizer.penalty_scalar()
+    alpha = standardizer.alpha(alpha)
+    if Yr is not None and alpha > 0 and scalar is None:
+        coef = _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol)
+    elif Yr is not None:
+        if alpha > 0:
+            alpha = float(np.ldexp(alpha, scalar))
+        Yw = Yr if sw is None else Yr * sw[:, None]
+        proj = U.T @ Yw
+        # Pseudo-inverse as in the primal solvers: eigenvalues above tol for
+        # alpha = 0, all of them for alpha > 0 (the null space of K maps to
+        # zero coefficients either way, so it is left out).
+        inv = np.zeros_like(mu)
+        n_kept = r if alpha == 0 else k
+        inv[:n_kept] = 1.0 / (mu[:n_kept] + alpha)
+        a = U @ (inv[:, None] * proj)  # dual coefficients, (m, d_out)
+        coef = features_rmatvec(S, x, a if sw is None else a * sw[:, None])
+    return SpectralSolution(
+        coef=None,
+        standardized_coef=coef,
+        standardizer=standardizer,
+        tol=tol,
+        lambda_max=float(eig[0]),
+        lambda_min=float(eig[-1]),
+        n_features=psi,
+        method="dual",
+        eigenvalues=eig,
+        eigenvectors=V,
+        trace=float(eig.sum()),
+        rank=r,
+    )
+
+
+def _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol):
+    """Ridge coefficients (standardized) from the kernel of the user's metric.
+
+    With ``K K^T = 2**shift (A kron B)`` (:meth:`TokenStandardizer.penalty_factors`)
+    and Cholesky factors ``A = La La^T``, ``B = Lb Lb^T``, the rows
+    ``kron(La^{-1} S_r, Lb^{-1} x_r)`` have the user's inner products (up to
+    ``2**-shift``); ridge on them with ``alpha 2**shift`` and the map back
+    ``c = (A^{-1} kron B^{-1}) Phi^T a`` give ``(G + alpha K K^T)^{-1} Phi^T y``.
+    """
+    A, B, shift = standardizer.penalty_factors()
+    La = scipy.linalg.cholesky(A, lower=True, check_finite=False)
+    Lb = scipy.linalg.cholesky(B, lower=True, check_finite=False)
+    St = scipy.linalg.solve_triangular(La, S.T, lower=True, check_finite=False).T
+    xt = scipy.linalg.solve_triangular(Lb, x.T, lower=True, check_finite=False).T
+    K = (St @ St.T) * (xt @ xt.T)
+    if sw is not None:
+        K *= sw[:, None] * sw[None, :]
+    mu, U = scipy.linalg.eigh(K, driver="evr", overwrite_a=True, check_finite=False)
+    mu = np.clip(mu, 0.0, None)
+    a_shift = float(np.ldexp(alpha, shift))
+    denom = mu + a_shift
+    keep = denom > (eigenvalue_tolerance(mu.max(initial=0.0), mu.size) if a_shift == 0 else 0)
+    Yw = Yr if sw is None else Yr * sw[:, None]
+    inv = np.zeros_like(mu)
+    inv[keep] = 1.0 / denom[keep]
+    a = U @ (inv[:, None] * (U.T @ Yw))
+    if sw is not None:
+        a = a * sw[:, None]
+    # (A^{-1} kron B^{-1}) Phi^T a, with rows kron(A^{-1} S_r, B^{-1} x_r).
+    SA = scipy.linalg.solve_triangular(La, St.T, lower=True, trans=1, check_finite=False).T
+    xB = scipy.linalg.solve_triangular(Lb, xt.T, lower=True, trans=1, check_finite=False).T
+    return features_rmatvec(SA, xB, a)

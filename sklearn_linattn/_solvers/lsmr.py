@@ -1,0 +1,215 @@
+"""The sparse solver ``"lsmr"``: least squares on the active columns of sparse feature rows."""
+
+import warnings
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse
+from scipy.sparse.linalg import lsmr
+from sklearn.exceptions import ConvergenceWarning
+
+from .._features import n_attention_features, sparse_feature_rows, sparse_target_rows
+from .._memory import DENSE_ARRAYS, default_memory_budget, single_blas_thread
+from .._spectrum import descending_eigh, eigenvalue_tolerance, sparse_largest_eigenvalue
+from ._solution import SpectralSolution
+
+__all__ = ["solve_lsmr"]
+
+# LSMR stops when ||A^T r|| <= _LSMR_ATOL ||A|| ||r|| (or ||r|| <= _LSMR_BTOL
+# ||b|| for a consistent system): near rounding, so that the coefficients
+# agree with the direct solvers to about 1e-8 relative on well-posed problems.
+_LSMR_ATOL = 1e-14
+_LSMR_BTOL = 1e-14
+
+
+def gram_fits(m, memory_budget=None):
+    """Whether a dense m x m Gram matrix and its eigh fit the budget (bytes)."""
+    budget = default_memory_budget() if memory_budget is None else memory_budget
+    return DENSE_ARRAYS * 8.0 * m * m <= budget
+
+
+def solve_lsmr(design, alpha=0.0, options=None):
+    """Sparse least squares on the active columns by LSMR, for one-hot data.
+
+    - Rows: :func:`sparse_feature_rows`, scaled by ``sqrt(w)``; memory
+      follows their non-zeros.
+    - Active columns: those non-zero in some row of positive weight.  The
+      others are in the null space of ``Phi^T W Phi`` and get coefficient 0.
+    - Coefficients: LSMR per output column (all-zero target columns give
+      zero coefficients without iterating) on the active columns, with
+      ``damp = sqrt(alpha)`` (the objective ``||W^{1/2}(y - Phi c)||^2 +
+      alpha ||c||^2`` of the other solvers), started at zero: with
+      ``alpha = 0`` its iterates stay in the row space, so it converges to the
+      minimum-norm least-squares solution.  It stops when
+      ``||A^T r|| <= 1e-14 ||A|| ||r||`` (or ``||r|| <= 1e-14 ||b||``);
+      a :class:`~sklearn.exceptions.ConvergenceWarning` says when
+      ``max_iter`` (default ``10 * m``) stops it first.
+    - Spectrum: with ``k = min(m, n_rows)``, when ``3.25 * 8 * k**2`` bytes
+      fit ``memory_budget``, the k x k Gram matrix of the active columns
+      ``A^T A`` (or the row kernel ``A A^T`` when there are fewer rows, as in
+      ``"dual"``), a sparse product, and its dense eigen-decomposition:
+      eigenvalues (zeros for the inactive columns) and the eigenvectors above
+      the zero tolerance (the package's zero rule with psi
+      features, as for ``"eigh"``), in active coordinates.  Otherwise only
+      lambda_max (Lanczos on the sparse rows)
+      and, when some column is inactive, lambda_min = 0 with an inactive
+      column as null vector; a design with every column active and a Gram
+      matrix too large raises a ValueError (use ``solver="cg"``).
+
+    Returns
+    -------
+    solution : SpectralSolution
+        ``active_columns`` holds the m active columns; ``eigenvectors`` has
+        shape (m, rank) in their coordinates.
+    """
+    options = {} if options is None else options
+    max_iter, memory_budget = options.get("max_iter"), options.get("memory_budget")
+    X, lengths, Y, readout = design.X, design.lengths, design.Y, design.readout
+    sample_weight, standardizer, dtype = design.sample_weight, design.standardizer, design.dtype
+    psi = n_attention_features(X.shape[2])
+    # The rows themselves may use the whole budget; ``memory_budget`` decides
+    # only whether the certificate's dense eigen-decomposition fits.
+    H, sample = sparse_feature_rows(X, lengths, readout, sample_weight=sample_weight,
+                                    standardizer=standardizer,
+                                    memory_budget=default_memory_budget())
+    H = H.astype(np.float64, copy=False)
+    Yr = None if Y is None else standardizer.transform_targets(
+        sparse_target_rows(Y, lengths, readout, sample))
+    if sample_weight is not None:
+        w = standardizer.transform_weights(np.asarray(sample_weight, dtype=np.float64))
+        sw = np.sqrt(w[sample])
+        H = scipy.sparse.diags(sw) @ H
+        H = H.tocsr()
+        Yr = None if Yr is None else Yr * sw[:, None]
+    H.eliminate_zeros()
+    active = np.unique(H.indices).astype(np.intp)
+    m = active.size
+    remap = np.full(psi, -1, dtype=H.indices.dtype)
+    remap[active] = np.arange(m, dtype=H.indices.dtype)
+    A = scipy.sparse.csr_matrix((H.data, remap[H.indices], H.indptr), shape=(H.shape[0], m))
+    del H
+    trace = float(A.data @ A.data)
+
+    coef, n_iter = None, 0
+    if Yr is not None:
+        max_iter = 10 * max(m, 1) if max_iter is None else int(max_iter)
+        coef = np.zeros((Yr.shape[1], psi))
+        A, damp = _penalized_rows(A, active, standardizer, standardizer.alpha(alpha))
+        worst = None
+        for a in range(Yr.shape[1]):
+            b = Yr[:, a]
+            if m == 0 or not np.any(b):
+                continue
+            if A.shape[0] > Yr.shape[0]:
+                b = np.concatenate([b, np.zeros(A.shape[0] - Yr.shape[0])])
+            # LSMR's vector operations are level-1 BLAS: threads only add
+            # synchronisation (on a busy machine, spinning threads made the
+            # iterations 3-4 times slower).
+            with single_blas_thread():
+                out = lsmr(A, b, damp=damp, atol=_LSMR_ATOL, btol=_LSMR_BTOL, conlim=0.0,
+                           maxiter=max_iter)
+            c, istop, itn, normr, normar, normA = out[:6]
+            coef[a, active] = c
+            n_iter = max(n_iter, int(itn))
+            if istop == 7:
+                rel = normar / max(normA * normr, np.finfo(np.float64).tiny)
+                worst = rel if worst is None else max(worst, rel)
+        A = A[: Yr.shape[0]]
+        if worst is not None:
+            warnings.warn(
+                f"solver='lsmr' stopped after max_iter={max_iter} iterations with a relative "
+                f"normal-equation residual ||A^T r|| / (||A|| ||r||) of {worst:.3g} > "
+                f"{_LSMR_ATOL:g}; increase max_iter.",
+                ConvergenceWarning,
+            )
+
+    eigenvalues = eigenvectors = min_vector = None
+    rank_is_bound = False
+    n_rows = A.shape[0]
+    if m == 0:
+        # No active column: every feature row is zero, the spectrum is all zeros.
+        eigenvalues, eigenvectors, tol = np.zeros(psi), np.zeros((0, 0)), 0.0
+        rank, lam_max, lam_min = 0, 0.0, 0.0
+    elif gram_fits(min(m, n_rows), memory_budget):
+        eigenvalues, eigenvectors, tol = _active_spectrum(A, psi, dtype)
+        rank = eigenvectors.shape[1]
+        lam_max, lam_min = float(eigenvalues[0]), float(eigenvalues[-1])
+    else:
+        if m == psi:
+            raise ValueError(
+                f"solver='lsmr' cannot certify this design: all psi = {psi} features are "
+                f"active and their {m} x {m} Gram matrix does not fit the memory budget; "
+                "the data are not sparse, use solver='cg'."
+            )
+        lam_max = sparse_largest_eigenvalue(A) if m else 0.0
+        lam_min = 0.0
+        tol = eigenvalue_tolerance(lam_max, psi, dtype)
+        rank, rank_is_bound = m, True
+        inactive = np.ones(psi, dtype=bool)
+        inactive[active] = False
+        min_vector = np.zeros(psi)
+        min_vector[np.flatnonzero(inactive)[0]] = 1.0
+    return SpectralSolution(
+        coef=None,
+        standardized_coef=coef,
+        standardizer=standardizer,
+        tol=tol,
+        lambda_max=lam_max,
+        lambda_min=lam_min,
+        n_features=psi,
+        method="lsmr",
+        eigenvalues=eigenvalues,
+        eigenvectors=eigenvectors,
+        min_eigenvector=min_vector,
+        trace=trace,
+        rank=rank,
+        rank_is_bound=rank_is_bound,
+        n_iter=n_iter,
+        active_columns=active,
+    )
+
+
+def _penalized_rows(A, active, standardizer, alpha):
+    """Rows and LSMR damping for the ridge penalty ``alpha ||c||**2`` on the user's coefficients.
+
+    A multiple of the identity in standardized coordinates is LSMR's own
+    ``damp``; a diagonal penalty (power-of-two scales per coordinate) is
+    appended as the rows ``sqrt(alpha p_j) e_j`` of the active columns.
+    """
+    if alpha <= 0:
+        return A, 0.0
+    scalar = standardizer.penalty_scalar()
+    if scalar is not None:
+        return A, float(np.sqrt(np.ldexp(alpha, scalar)))
+    if standardizer.whitened:
+        # Dense data (whitened): the penalty rows are a dense block.
+        F = standardizer.penalty_rows(alpha)[:, active]
+        extra = scipy.sparse.csr_matrix(F)
+    else:
+        PA, PB, shift = standardizer.penalty_factors()
+        p = np.ldexp(np.kron(np.diagonal(PA), np.diagonal(PB)), shift)[active] * alpha
+        extra = scipy.sparse.diags(np.sqrt(p), shape=(active.size, active.size), format="csr")
+    return scipy.sparse.vstack([A, extra], format="csr"), 0.0
+
+
+def _active_spectrum(A, psi, dtype):
+    """Eigenvalues of ``A^T A`` padded to psi, eigenvectors above tol, and tol.
+
+    Dense eigh of the smaller of ``A^T A`` (m x m) and ``A A^T`` (rows x
+    rows), both sparse products; from the latter the eigenvectors are
+    ``A^T u / sqrt(mu)`` as in the dual solver.
+    """
+    n_rows, m = A.shape
+    dual = n_rows < m
+    K = (A @ A.T) if dual else (A.T @ A)
+    w, U = descending_eigh(K.toarray(), overwrite_a=True)
+    k = min(w.size, m)
+    eigenvalues = np.zeros(psi)
+    eigenvalues[:k] = w[:k]
+    tol = eigenvalue_tolerance(eigenvalues[0], psi, dtype)
+    rank = int(np.count_nonzero(eigenvalues > tol))
+    if dual:
+        V = np.asarray(A.T @ U[:, :rank]) / np.sqrt(w[:rank])
+    else:
+        V = np.ascontiguousarray(U[:, :rank])
+    return eigenvalues, V, tol
