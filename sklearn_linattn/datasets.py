@@ -26,6 +26,7 @@ import numpy as np
 
 from ._mhla import mhla_forward
 from ._validation import check_readout, check_scalar, validate_random_state
+from .programs import run_dfa
 
 __all__ = [
     "dfa_vocabulary",
@@ -604,11 +605,7 @@ def make_dfa_execution(
     words = rng.randint(0, alphabet_size, size=(n_samples, word_length))
     words = words.astype(np.int64)
 
-    # Run all DFAs at once, one step per letter.
-    states = np.zeros((n_samples, word_length + 1), dtype=np.int64)
-    rows = np.arange(n_samples)
-    for t in range(word_length):
-        states[:, t + 1] = transitions[rows, states[:, t], words[:, t]]
+    states = run_dfa(transitions, words)
 
     # Transition table: "( s w delta(s, w) )", state-major.
     s_grid, w_grid = np.meshgrid(
