@@ -25,8 +25,9 @@ import numbers
 import numpy as np
 
 from ._attention import mhla_forward
-from ._memory import default_memory_budget
+from ._memory import default_memory_budget, real_tokens
 from ._validation import check_readout, check_scalar, validate_random_state
+from .programs import run_dfa
 
 __all__ = [
     "dfa_vocabulary",
@@ -254,7 +255,7 @@ def make_random_mhla(
         lengths = np.full(n_samples, n_tokens, dtype=np.int64)
     else:
         lengths = rng.randint(bounds[0], bounds[1] + 1, size=n_samples).astype(np.int64)
-    padded = np.arange(n_tokens)[None, :] >= lengths[:, None]
+    padded = ~real_tokens(lengths, n_tokens)
     X[padded] = 0.0  # zero tokens add nothing to the attention sums
     y = mhla_forward(X, V, Q, lengths, readout=readout)
     if noise > 0:
@@ -604,11 +605,7 @@ def make_dfa_execution(
     words = rng.randint(0, alphabet_size, size=(n_samples, word_length))
     words = words.astype(np.int64)
 
-    # Run all DFAs at once, one step per letter.
-    states = np.zeros((n_samples, word_length + 1), dtype=np.int64)
-    rows = np.arange(n_samples)
-    for t in range(word_length):
-        states[:, t + 1] = transitions[rows, states[:, t], words[:, t]]
+    states = run_dfa(transitions, words)
 
     # Transition table: "( s w delta(s, w) )", state-major.
     s_grid, w_grid = np.meshgrid(

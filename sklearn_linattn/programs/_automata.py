@@ -1,0 +1,356 @@
+"""Finite automata: the associative memory, one DFA transition, the universal DFA executor."""
+
+import itertools
+
+import numpy as np
+
+from .._memory import real_tokens
+from .._validation import check_scalar
+from ._compiler import CompiledProgram, Program, _rule_table_codes
+
+
+def associative_memory_program(d):
+    """The associative memory of the paper's Sec. 4.2 as a one-lookup program.
+
+    Tokens have a ``"key"`` and a ``"value"`` attribute over ``range(d)``;
+    the last token's key looks up the stored pair with that key and writes
+    its value.  Compiled, ``V = [[0, 0], [0, I]]`` and ``Q = [[I, 0], [0,
+    0]]`` (d x d blocks): the weights of
+    :func:`~sklearn_linattn.datasets.make_associative_memory`.  The same
+    weights retrieve from any orthonormal keys, not only one-hot ones.
+
+    Parameters
+    ----------
+    d : int
+        Number of keys and of values.
+
+    Returns
+    -------
+    program : CompiledProgram
+        Token dimension 2d, one head.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.programs import associative_memory_program
+    >>> memory = associative_memory_program(3)
+    >>> prompt = [{"key": 0, "value": 2}, {"key": 1, "value": 0}, {"key": 2, "value": 1},
+    ...           {"key": 2}]
+    >>> memory.decode(memory.run([prompt], 1)[0])[-1]
+    {'value': 1}
+    """
+    d = check_scalar(d, "d", integer=True, low=1)
+    return (Program()
+            .attribute("key", range(d))
+            .attribute("value", range(d))
+            .lookup(query="key", key="key", value="value", dest="value", name="retrieve")
+            .compile())
+
+
+def dfa_transition_program(n_states, alphabet_size):
+    """One DFA transition as one lookup: find ``delta(s, w)`` in a table of tokens.
+
+    Attributes: table tokens carry ``"table_key"`` (a pair (s, w)) and
+    ``"table_next"`` (a state); the query token carries ``"current"`` (a
+    pair); the program writes ``"next_state"``.
+
+    Parameters
+    ----------
+    n_states, alphabet_size : int
+
+    Returns
+    -------
+    program : CompiledProgram
+        Token dimension ``2 * n_states * alphabet_size + 2 * n_states``, one head.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.programs import dfa_transition_program
+    >>> step = dfa_transition_program(2, 2)
+    >>> delta = {(0, 0): 1, (0, 1): 0, (1, 0): 1, (1, 1): 1}
+    >>> prompt = [{"table_key": k, "table_next": v} for k, v in delta.items()]
+    >>> step.decode(step.run([prompt + [{"current": (0, 0)}]], 1)[0])[-1]
+    {'next_state': 1}
+    """
+    n_states = check_scalar(n_states, "n_states", integer=True, low=1)
+    alphabet_size = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
+    pairs = list(itertools.product(range(n_states), range(alphabet_size)))
+    return (Program()
+            .attribute("table_key", pairs)
+            .attribute("table_next", range(n_states))
+            .attribute("current", pairs)
+            .attribute("next_state", range(n_states))
+            .lookup(query="current", key="table_key", value="table_next", dest="next_state",
+                    name="transition")
+            .compile())
+
+
+def run_dfa(transitions, words, *, start=0):
+    """Computation histories of deterministic finite automata (the plain loop).
+
+    Parameters
+    ----------
+    transitions : array-like of int, shape (n, n_states, alphabet_size)
+        ``transitions[i, s, w]`` is the state automaton i moves to from s on
+        letter w.
+    words : array-like of int, shape (n, length)
+        Letters; -1 marks the end of a shorter word (trailing only).
+    start : int, default=0
+
+    Returns
+    -------
+    states : ndarray of int, shape (n, length + 1)
+        ``s^0 = start, s^1, ...``; -1 after each word's end.
+    """
+    transitions, words, lengths = _check_dfa(transitions, words)
+    n, L = words.shape
+    states = np.full((n, L + 1), -1, dtype=np.int64)
+    states[:, 0] = start
+    rows = np.arange(n)
+    for t in range(L):  # sequential in t, vectorised over automata
+        live = t < lengths
+        states[live, t + 1] = transitions[rows[live], states[live, t], words[live, t]]
+    return states
+
+
+def _check_dfa(transitions, words):
+    transitions = np.asarray(transitions)
+    words = np.asarray(words)
+    if transitions.ndim != 3 or transitions.dtype.kind not in "iu":
+        raise ValueError(
+            "transitions must be an integer array of shape (n, n_states, alphabet_size); "
+            f"got dtype {transitions.dtype} and shape {transitions.shape}."
+        )
+    n, n_states, alphabet_size = transitions.shape
+    if transitions.size and (transitions.min() < 0 or transitions.max() >= n_states):
+        raise ValueError(
+            f"transitions must hold states in [0, {n_states - 1}]; got values in "
+            f"[{transitions.min()}, {transitions.max()}]."
+        )
+    if words.ndim != 2 or words.dtype.kind not in "iu" or words.shape[0] != n:
+        raise ValueError(
+            f"words must be an integer array of shape ({n}, length); got dtype "
+            f"{words.dtype} and shape {words.shape}."
+        )
+    if words.size and (words.min() < -1 or words.max() >= alphabet_size):
+        raise ValueError(
+            f"words must hold letters in [0, {alphabet_size - 1}] (-1 after the end); got "
+            f"values in [{words.min()}, {words.max()}]."
+        )
+    present = words >= 0
+    lengths = present.sum(axis=1)
+    if np.any(present != real_tokens(lengths, words.shape[1])):
+        raise ValueError("words: -1 (end of word) may only be followed by -1.")
+    return transitions, words, lengths
+
+
+class DFAExecutor(CompiledProgram):
+    """A universal DFA executor compiled into linear attention.
+
+    Built by :func:`dfa_executor_program`; see there for the construction.
+
+    Attributes
+    ----------
+    n_states, alphabet_size, max_word_length : int
+        The bounds.
+    """
+
+    def __init__(self, attributes, V, Q, *, head_names, n_states, alphabet_size,
+                 max_word_length):
+        super().__init__(attributes, V, Q, head_names=head_names)
+        self.n_states = n_states
+        self.alphabet_size = alphabet_size
+        self.max_word_length = max_word_length
+
+    def _check_bounds(self, transitions, words):
+        transitions, words, lengths = _check_dfa(transitions, words)
+        _, S, A = transitions.shape
+        if S > self.n_states or A > self.alphabet_size or words.shape[1] > self.max_word_length:
+            raise ValueError(
+                f"the executor runs automata of at most {self.n_states} states and "
+                f"{self.alphabet_size} letters on words of at most {self.max_word_length} "
+                f"letters; got {S} states, {A} letters and words of {words.shape[1]}."
+            )
+        if lengths.size and lengths.min() < 1:
+            raise ValueError("every word needs at least one letter.")
+        return transitions, words, lengths
+
+    def prompts(self, transitions, words):
+        """Encode automata and words: table tokens, word tokens, the start token.
+
+        Parameters
+        ----------
+        transitions : array-like of int, shape (n, n_states, alphabet_size)
+            Within the executor's bounds (fewer states or letters are fine).
+        words : array-like of int, shape (n, length)
+            -1 after the end of shorter words.
+
+        Returns
+        -------
+        X : ndarray of shape (n, n_tokens, d)
+            ``n_states * alphabet_size`` table tokens, the word's tokens, then
+            the start token (state 0 at step 0); NaN-padded for shorter words.
+        """
+        return self._prompts(*self._check_bounds(transitions, words))
+
+    def _prompts(self, transitions, words, lengths):
+        n, S, A = transitions.shape
+        L = words.shape[1]
+        n_table = S * A
+        n_tok = n_table + L + 1
+        codes = _rule_table_codes(
+            ("table_key", "table_next", "word_index", "letter_at", "state_at"), n, n_tok,
+            key="table_key", shape=(S, A), width=self.alphabet_size)
+        codes["table_next"][:, :n_table] = transitions.reshape(n, n_table)
+        t = np.arange(L)
+        present = words >= 0
+        codes["word_index"][:, n_table:n_table + L] = np.where(present, t, -1)
+        # letter_at holds pairs (letter, index), letter-major.
+        codes["letter_at"][:, n_table:n_table + L] = np.where(
+            present, words * self.max_word_length + t, -1)
+        # The start token follows each word's last letter; state_at = (0, 0).
+        rows = np.arange(n)
+        codes["state_at"][rows, n_table + lengths] = 0
+        return self.encode_indices(codes, n_table + lengths + 1)
+
+    def histories(self, transitions, words, *, model=None):
+        """Prompts followed by the generated computation histories.
+
+        Parameters
+        ----------
+        transitions, words : see :meth:`prompts`
+        model : None or estimator with ``generate``, default=None
+            None runs the compiled program; otherwise ``model.generate(prompts,
+            n_steps, rounding=self.round)`` (e.g. a fitted
+            :class:`~sklearn_linattn.LinearAttentionRegressor`).
+
+        Returns
+        -------
+        sequences : ndarray of shape (n, n_tokens, d)
+            Each prompt and its ``2 * len(word)`` history tokens (a letter
+            token, then a state token, per letter), NaN-padded.
+        """
+        return self._histories(*self._check_bounds(transitions, words), model)
+
+    def _histories(self, transitions, words, lengths, model):
+        X = self._prompts(transitions, words, lengths)
+        n_steps = 2 * int(lengths.max())
+        out = self._generate(X, n_steps, model)
+        # Every sequence generates as many steps as the longest word needs, so
+        # a shorter word's history ends early: what follows is padding.
+        n_table = transitions.shape[1] * transitions.shape[2]
+        end = n_table + 3 * lengths + 1
+        out[~real_tokens(end, out.shape[1])] = np.nan
+        return out[:, : int(end.max())]
+
+    def execute(self, transitions, words, *, model=None):
+        """States visited, read from the generated history.
+
+        Parameters
+        ----------
+        transitions, words, model : see :meth:`histories`
+
+        Returns
+        -------
+        states : ndarray of int, shape (n, length + 1)
+            Like :func:`run_dfa`: -1 after each word's end, and -1 where a
+            model's state token is not a clean one-hot of a (state, step) pair
+            with the right step.
+        """
+        transitions, words, lengths = self._check_bounds(transitions, words)
+        out = self._histories(transitions, words, lengths, model)
+        n, L = words.shape
+        n_table = transitions.shape[1] * transitions.shape[2]
+        steps = np.arange(L + 1)
+        pos = n_table + lengths[:, None] + 2 * steps[None, :]  # state tokens
+        live = steps[None, :] <= lengths[:, None]
+        pos = np.where(live, pos, 0)
+        code = self.values(out[np.arange(n)[:, None], pos], "state_at")
+        state, step = np.divmod(code, self.max_word_length + 1)
+        ok = live & (code >= 0) & (step == steps[None, :])
+        return np.where(ok, state, -1)
+
+
+def dfa_executor_program(n_states, alphabet_size, max_word_length):
+    """Compile a universal DFA executor: given a transition table and a word, write the history.
+
+    The prompt lists the automaton's transition table (one token per pair
+    (s, w) with attributes ``table_key = (s, w)`` and ``table_next =
+    delta(s, w)``), the word (token t has ``word_index = t`` and
+    ``letter_at = (w_t, t)``) and a start token ``state_at = (0, 0)``.  Each
+    step of the automaton then takes two generated tokens:
+
+    - from a state token ``state_at = (s, t)``, heads ``read letter | s``
+      (one per state s) look up the word token with index t and write
+      ``transition = (s, w_t, t)``;
+    - from a letter token ``transition = (s, w, t)``, heads ``step t`` (one
+      per step t) look up the table token with key (s, w) and write
+      ``state_at = (delta(s, w), t + 1)``.
+
+    A bilinear score can only test one attribute of the last token against
+    one of the other token, so everything a step needs is carried in one
+    attribute of product alphabet, and the part of it that the looked-up
+    token does not hold (s, resp. t) selects the head: ``n_states +
+    max_word_length`` heads in all.  Keys are unique (one table token per
+    pair, one word token per index), so exactly one token matches and the
+    outputs are exact 0/1 vectors: the executor is exact on every automaton
+    with at most ``n_states`` states and ``alphabet_size`` letters and every
+    word of at most ``max_word_length`` letters.  No positional encoding is
+    needed.
+
+    Parameters
+    ----------
+    n_states, alphabet_size, max_word_length : int
+        The bounds.
+
+    Returns
+    -------
+    executor : DFAExecutor
+        Token dimension ``d = S A + S + L + A L + S (L + 1) + S A L`` for S
+        states, A letters, L letters per word (44 for S = A = 2, L = 4).
+
+    See Also
+    --------
+    run_dfa : the same histories from a plain loop.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.programs import dfa_executor_program, run_dfa
+    >>> executor = dfa_executor_program(2, 2, 4)
+    >>> executor.d, executor.n_heads
+    (44, 6)
+    >>> parity = np.array([[[0, 1], [1, 0]]])  # counts the letters 1, mod 2
+    >>> words = np.array([[1, 1, 0, 1]])
+    >>> executor.execute(parity, words)
+    array([[0, 1, 0, 0, 1]])
+    >>> bool(np.array_equal(executor.execute(parity, words), run_dfa(parity, words)))
+    True
+    """
+    S = check_scalar(n_states, "n_states", integer=True, low=1)
+    A = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
+    L = check_scalar(max_word_length, "max_word_length", integer=True, low=1)
+    program = (Program()
+               .attribute("table_key", itertools.product(range(S), range(A)))
+               .attribute("table_next", range(S))
+               .attribute("word_index", range(L))
+               .attribute("letter_at", itertools.product(range(A), range(L)))
+               .attribute("state_at", itertools.product(range(S), range(L + 1)))
+               .attribute("transition", itertools.product(range(S), range(A), range(L))))
+    for s in range(S):
+        program.lookup(
+            query="state_at", key="word_index", value="letter_at", dest="transition",
+            match=lambda q, s=s: q[1] if q[0] == s and q[1] < L else None,
+            write=lambda v, s=s: (s, v[0], v[1]),
+            name=f"read letter | state {s}",
+        )
+    for t in range(L):
+        program.lookup(
+            query="transition", key="table_key", value="table_next", dest="state_at",
+            match=lambda q, t=t: q[:2] if q[2] == t else None,
+            write=lambda s2, t=t: (s2, t + 1),
+            name=f"step {t}",
+        )
+    compiled = program.compile()
+    return DFAExecutor(compiled.attributes, compiled.V, compiled.Q,
+                       head_names=compiled.head_names, n_states=S, alphabet_size=A,
+                       max_word_length=L)
