@@ -35,7 +35,6 @@ block's offset, so that the message a worker raises is the message the
 in-memory fit would raise on the whole array.
 """
 
-import re
 import sys
 
 import numpy as np
@@ -56,10 +55,6 @@ __all__ = ["dask_scales", "dask_sufficient_statistics", "is_dask_collection"]
 
 # Statistics merged by one task of the reduction tree.
 _DEFAULT_SPLIT_EVERY = 8
-
-# Names of the sample-aligned arguments, as the validation functions write
-# them in messages ("X[3, 1] is partly NaN", "y[7] is NaN", ...).
-_SAMPLE_INDEX = re.compile(r"(?<![\w.])(X|y|sample_weight)\[(\d+)")
 
 
 def is_dask_collection(obj):
@@ -140,14 +135,6 @@ def _reworded(exc, replacements):
     message = str(exc)
     for old, new in replacements:
         message = message.replace(old, new)
-    return _with_message(exc, message)
-
-
-def _global_indices(exc, offset):
-    """``exc`` with the sample indices of a block shifted by the block offset."""
-    message = _SAMPLE_INDEX.sub(
-        lambda m: f"{m.group(1)}[{int(m.group(2)) + offset}", str(exc)
-    )
     return _with_message(exc, message)
 
 
@@ -260,18 +247,15 @@ def _as_sample_weight(sample_weight, da, n_samples):
 
 def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_features,
                      data_format):
-    """Validate one block of sequences (on a worker); sample indices made global."""
-    try:
-        X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features,
-                                     data_format=data_format)
-        Y, single = check_targets(y, lengths, X.shape[1], readout=readout,
-                                  data_format=data_format)
-        w = None
-        if sample_weight is not None:
-            w = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
-                            input_name="sample_weight")
-    except (TypeError, ValueError) as exc:
-        raise _global_indices(exc, offset) from None
+    """Validate one block of sequences (on a worker); messages count samples globally."""
+    X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features,
+                                 data_format=data_format, offset=offset)
+    Y, single = check_targets(y, lengths, X.shape[1], readout=readout,
+                              data_format=data_format, offset=offset)
+    w = None
+    if sample_weight is not None:
+        w = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
+                        input_name="sample_weight")
     return X, lengths, Y, single, w
 
 

@@ -12,6 +12,8 @@ import scipy.sparse
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import assert_all_finite, check_array
 
+from ._memory import real_tokens
+
 __all__ = [
     "check_data_format",
     "check_lengths",
@@ -82,18 +84,21 @@ def as_real_array(a, name, *, finite=False):
     return arr
 
 
-def pad_targets(items, n_tokens, name, expected):
+def pad_targets(items, n_tokens, name, expected, offset=0):
     """Per-sequence targets (n_tokens_i[, d_out]) padded with NaN to n_tokens positions.
 
     ``expected(i, trail)`` words what item i should have been when its shape
-    does not fit (trail: the output shape of the first item).
+    does not fit (trail: the output shape of the first item).  Messages
+    number the items from ``offset``.
     """
-    items = [as_real_array(s, f"{name}[{i}]") for i, s in enumerate(items)]
+    items = [as_real_array(s, f"{name}[{i + offset}]") for i, s in enumerate(items)]
     trail = items[0].shape[1:]
     out = np.full((len(items), n_tokens) + trail, np.nan)
     for i, a in enumerate(items):
         if a.shape[1:] != trail or a.shape[0] > n_tokens:
-            raise ValueError(f"{name}[{i}] has shape {a.shape}; {expected(i, trail)}.")
+            raise ValueError(
+                f"{name}[{i + offset}] has shape {a.shape}; {expected(i, trail)}."
+            )
         out[i, : a.shape[0]] = a
     return out
 
@@ -153,7 +158,7 @@ def _item_ndim(s):
         return -1
 
 
-def _pad_list(seqs, name, data_format="channels_last"):
+def _pad_list(seqs, name, data_format="channels_last", offset=0):
     """Stack a list of (n_tokens_i, d) arrays into one NaN-padded 3-D array.
 
     With ``data_format="channels_first"`` the items are (d, n_tokens_i).
@@ -163,21 +168,21 @@ def _pad_list(seqs, name, data_format="channels_last"):
     for i, s in enumerate(seqs):
         if _item_ndim(s) == -1:
             raise ValueError(
-                f"{name}[{i}] must be a 2-D array of shape {shape} when {name} "
+                f"{name}[{i + offset}] must be a 2-D array of shape {shape} when {name} "
                 "is a list of sequences; got a ragged nested list."
             )
         a = np.asarray(s)
         if a.ndim != 2:
             raise ValueError(
-                f"{name}[{i}] must be a 2-D array of shape {shape} when {name} "
+                f"{name}[{i + offset}] must be a 2-D array of shape {shape} when {name} "
                 f"is a list of sequences; got {a.ndim}-D shape {a.shape}."
             )
-        _check_real_dtype(a, f"{name}[{i}]")
+        _check_real_dtype(a, f"{name}[{i + offset}]")
         if data_format == "channels_first":
             a = a.T
         if a.shape[0] == 0:
             raise ValueError(
-                f"{name}[{i}] is an empty sequence: each sequence needs at least one "
+                f"{name}[{i + offset}] is an empty sequence: each sequence needs at least one "
                 f"token; got shape {a.shape}."
             )
         arrays.append(a)
@@ -188,7 +193,7 @@ def _pad_list(seqs, name, data_format="channels_last"):
         bad = next(i for i, dd in enumerate(found) if dd != first)
         raise ValueError(
             f"every sequence in {name} must have the same token dimension d; "
-            f"{name}[0] has d={first} but {name}[{bad}] has d={found[bad]}."
+            f"{name}[{offset}] has d={first} but {name}[{bad + offset}] has d={found[bad]}."
         )
     n_tokens = max(a.shape[0] for a in arrays)
     dtype = np.result_type(*arrays)
@@ -202,7 +207,7 @@ def _pad_list(seqs, name, data_format="channels_last"):
     return out
 
 
-def sequence_lengths(X, *, name="X"):
+def sequence_lengths(X, *, name="X", offset=0):
     """Number of real tokens in each padded sequence: the padding rule.
 
     A token (a row ``X[i, t]``) is padding when all its entries are NaN, and
@@ -215,6 +220,9 @@ def sequence_lengths(X, *, name="X"):
         Floating-point sequences, possibly NaN-padded.
     name : str, default="X"
         Name of the argument, used in error messages.
+    offset : int, default=0
+        Index of the first sequence in error messages (for a block of a
+        larger array).
 
     Returns
     -------
@@ -240,7 +248,7 @@ def sequence_lengths(X, *, name="X"):
     if partial.any():
         i, t = np.argwhere(partial)[0]
         raise ValueError(
-            f"{name}[{i}, {t}] is partly NaN: a token is either real (no NaN) or "
+            f"{name}[{i + offset}, {t}] is partly NaN: a token is either real (no NaN) or "
             f"padding (all NaN), got {X[i, t]!r}."
         )
     real = ~pad
@@ -251,7 +259,7 @@ def sequence_lengths(X, *, name="X"):
     if empty.any():
         i = int(np.flatnonzero(empty)[0])
         raise ValueError(
-            f"{name}[{i}] is an empty sequence (every token is NaN padding); "
+            f"{name}[{i + offset}] is an empty sequence (every token is NaN padding); "
             "each sequence needs at least one real token."
         )
     holes = real.sum(axis=1) != lengths
@@ -259,7 +267,7 @@ def sequence_lengths(X, *, name="X"):
         i = int(np.flatnonzero(holes)[0])
         t = int(np.flatnonzero(pad[i, : lengths[i]])[0])
         raise ValueError(
-            f"{name}[{i}, {t}] is an all-NaN token followed by real tokens: NaN "
+            f"{name}[{i + offset}, {t}] is an all-NaN token followed by real tokens: NaN "
             "padding may only appear at the end of a sequence."
         )
     return lengths
@@ -267,7 +275,7 @@ def sequence_lengths(X, *, name="X"):
 
 def check_sequences(
     X, *, token_dim=None, n_features=None, name="X", fill_value=0.0, copy=True,
-    data_format="channels_last", expected_by=None,
+    data_format="channels_last", expected_by=None, offset=0,
 ):
     """Validate sequence input and return a padded 3-D float array and lengths.
 
@@ -301,6 +309,11 @@ arrays, or array-like of shape (n_samples, n_columns)
         ``token_dim`` channels of ``n_columns // token_dim`` values), as aeon
         and sktime store multivariate series; the result is in the package's
         layout either way.
+    expected_by : str or None, default=None
+        Where ``n_features`` comes from, for the error message.
+    offset : int, default=0
+        Index of the first sequence in error messages (for a block of a
+        larger array).
 
     Returns
     -------
@@ -347,7 +360,7 @@ arrays, or array-like of shape (n_samples, n_columns)
         _item_ndim(s) == 2 for s in X
     ):
         # A list of sequences; _pad_list names any item that is not 2-D.
-        X = _pad_list(X, name, data_format)
+        X = _pad_list(X, name, data_format, offset)
         first = False  # already in the package's layout
     elif hasattr(X, "dtype") and hasattr(X, "shape") and not hasattr(X, "iloc"):
         X = np.asarray(X)
@@ -435,7 +448,7 @@ arrays, or array-like of shape (n_samples, n_columns)
     if finite:
         lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
     else:
-        lengths = sequence_lengths(X, name=name)
+        lengths = sequence_lengths(X, name=name, offset=offset)
     if fill_value is not None and lengths.min() < X.shape[1]:
         # Only padding can be NaN (sequence_lengths rejects any other NaN).
         if not copy:
@@ -526,7 +539,8 @@ def check_lengths(X, lengths, *, n_features=None, name="X", expected_by=None):
     return X, lengths
 
 
-def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="channels_last"):
+def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="channels_last",
+                  offset=0):
     """Validate targets against validated sequences.
 
     Parameters
@@ -546,6 +560,9 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
         With ``"channels_first"`` and ``readout="all"``, targets with an
         output axis are (n_samples, d_out, n_tokens) (or a list of
         (d_out, n_tokens_i) arrays), like the sequences.
+    offset : int, default=0
+        Index of the first sequence in error messages (for a block of a
+        larger array).
 
     Returns
     -------
@@ -575,7 +592,8 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
         y = pad_targets(
             y, n_tokens, name,
             lambda i, trail: f"expected ({lengths[i] if i < n_samples else '?'},"
-                             f"{' ' + str(trail[0]) if trail else ''}) to match X[{i}]")
+                             f"{' ' + str(trail[0]) if trail else ''}) to match X[{i + offset}]",
+            offset)
     try:
         y = np.asarray(y)
     except ValueError as exc:
@@ -607,7 +625,8 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
         if np.isnan(Y).any():
             i = int(np.flatnonzero(np.isnan(Y).any(axis=1))[0])
             raise ValueError(
-                f"{name}[{i}] is NaN; with readout='last' every sequence needs a target."
+                f"{name}[{i + offset}] is NaN; with readout='last' every sequence needs a "
+                "target."
             )
         return Y, single
     if y.ndim not in (2, 3) or y.shape[1] != n_tokens:
@@ -620,21 +639,21 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
     Y = y[:, :, None] if single else y
     if Y.shape[2] == 0:
         raise ValueError(f"{name} must have at least one output; got shape {y.shape}.")
-    real = np.arange(n_tokens)[None, :] < lengths[:, None]
+    real = real_tokens(lengths, n_tokens)
     nan = np.isnan(Y)
     bad = nan.any(axis=2) & real
     if bad.any():
         i, t = np.argwhere(bad)[0]
         raise ValueError(
-            f"{name}[{i}, {t}] is NaN but X[{i}, {t}] is a real token; only padded "
-            "positions may have NaN targets."
+            f"{name}[{i + offset}, {t}] is NaN but X[{i + offset}, {t}] is a real token; "
+            "only padded positions may have NaN targets."
         )
     stray = ~nan.all(axis=2) & ~real
     if stray.any():
         i, t = np.argwhere(stray)[0]
         raise ValueError(
-            f"{name}[{i}, {t}] holds a target but X[{i}, {t}] is padding; targets at "
-            "padded positions must be NaN (is y aligned with X?)."
+            f"{name}[{i + offset}, {t}] holds a target but X[{i + offset}, {t}] is padding; "
+            "targets at padded positions must be NaN (is y aligned with X?)."
         )
     Y[~real] = 0.0
     return Y, single
@@ -766,7 +785,7 @@ def validate_random_state(random_state, name="random_state"):
     )
 
 
-def check_sample_weight(sample_weight, n_samples, *, name="sample_weight"):
+def check_sample_weight(sample_weight, n_samples, *, name="sample_weight", offset=0):
     """Validate per-sequence weights.
 
     Parameters
@@ -778,6 +797,9 @@ def check_sample_weight(sample_weight, n_samples, *, name="sample_weight"):
         Number of sequences.
     name : str, default="sample_weight"
         Name of the argument, used in error messages.
+    offset : int, default=0
+        Index of the first sequence in error messages (for a block of a
+        larger array).
 
     Returns
     -------
@@ -814,7 +836,9 @@ def check_sample_weight(sample_weight, n_samples, *, name="sample_weight"):
         raise ValueError(f"{name} must be finite; got NaN or infinity.")
     if np.any(w < 0):
         i = int(np.flatnonzero(w < 0)[0])
-        raise ValueError(f"{name} must be non-negative; got {name}[{i}] = {w[i]!r}.")
+        raise ValueError(
+            f"{name} must be non-negative; got {name}[{i + offset}] = {float(w[i])!r}."
+        )
     return w
 
 

@@ -413,6 +413,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def __init__(
         self,
         n_heads=1,
+        *,
         readout="last",
         learning_rate=1e-2,
         batch_size=32,

@@ -108,7 +108,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     ['S[x0,x0]*last[x0]', 'S[x0,x0]*last[x1]']
     """
 
-    def __init__(self, token_dim=None, data_format="channels_last"):
+    def __init__(self, token_dim=None, *, data_format="channels_last"):
         self.token_dim = token_dim
         self.data_format = data_format
 
@@ -521,6 +521,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def __init__(
         self,
         readout="last",
+        *,
         alpha=0.0,
         n_heads=None,
         solver="auto",

@@ -13,6 +13,7 @@ from sklearn.pipeline import make_pipeline
 
 from reference import random_generator as _generator
 from sklearn_linattn import (
+    AdamLinearAttentionRegressor,
     LinearAttentionFeatures,
     LinearAttentionRegressor,
     attention_coefficients,
@@ -298,3 +299,13 @@ def test_verbose_prints_stages(capsys):
     out = capsys.readouterr().out
     assert "least squares on 6 features" in out
     assert "compressed" in out
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LinearAttentionRegressor("last", 0.1),
+    lambda: LinearAttentionFeatures(None, "channels_first"),
+    lambda: AdamLinearAttentionRegressor(2, "all"),
+])
+def test_parameters_after_the_first_are_keyword_only(make):
+    with pytest.raises(TypeError, match="positional"):
+        make()

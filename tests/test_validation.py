@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sklearn_linattn import LinearAttentionFeatures, LinearAttentionRegressor
-from sklearn_linattn._validation import check_sequences, check_targets
+from sklearn_linattn._validation import check_sample_weight, check_sequences, check_targets
 
 RNG = np.random.default_rng(0)
 D = 2
@@ -561,3 +561,16 @@ def test_messages_name_the_argument():
     with pytest.raises(ValueError, match=re.escape("sample_targets[2] is NaN")):
         check_targets(np.array([0, 1, np.nan, 2, 3]), LENGTHS, 4, readout="last",
                       name="sample_targets")
+
+
+def test_offset_numbers_the_samples_of_a_block():
+    # A block that starts at sample 100 of a larger array names samples globally.
+    with pytest.raises(ValueError, match=re.escape("X[100, 1] is an all-NaN token")):
+        check_sequences(_with(_set((0, 1), np.nan)), offset=100)
+    with pytest.raises(ValueError, match=re.escape("y[102] is NaN")):
+        check_targets(np.array([0, 1, np.nan, 2, 3]), LENGTHS, 4, readout="last",
+                      offset=100)
+    with pytest.raises(ValueError, match=re.escape("sample_weight[101] = -1.0")):
+        check_sample_weight([1.0, -1.0], 2, offset=100)
+    with pytest.raises(ValueError, match=re.escape("X[7] is an empty sequence")):
+        check_sequences([np.ones((2, 3)), np.ones((0, 3))], offset=6)
