@@ -379,7 +379,31 @@ def _demo(args):
 
 
 def build_parser(prog="sklearn-linattn"):
-    """The argument parser; ``prog`` is the program name shown in usage lines."""
+    """Build the argument parser of the command line.
+
+    Parameters
+    ----------
+    prog : str, default="sklearn-linattn"
+        Program name shown in usage lines.
+
+    Returns
+    -------
+    parser : argparse.ArgumentParser
+        The parser, with one subcommand each for ``demo``, ``fit``,
+        ``predict`` and ``certify``; the chosen subcommand's function is
+        ``args.func``.
+
+    See Also
+    --------
+    main : Parse the arguments and run the subcommand.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.__main__ import build_parser
+    >>> args = build_parser().parse_args(["certify", "data.npz", "--check"])
+    >>> args.command, args.data, args.check
+    ('certify', 'data.npz', True)
+    """
     from . import __version__
 
     parser = argparse.ArgumentParser(
@@ -490,6 +514,10 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 def main(argv=None, *, prog="sklearn-linattn"):
     """Run the command line; returns the exit status.
 
+    Parses ``argv`` with :func:`build_parser` and runs the subcommand; every
+    error becomes one ``error: ...`` line on standard error and an exit
+    status (see the module docstring).
+
     Parameters
     ----------
     argv : list of str or None, default=None
@@ -502,6 +530,10 @@ def main(argv=None, *, prog="sklearn-linattn"):
     status : int
         See the module docstring; usage errors, ``--help`` and ``--version``
         raise ``SystemExit`` as argparse does.
+
+    See Also
+    --------
+    build_parser : The argument parser.
 
     Examples
     --------

@@ -331,6 +331,10 @@ def save_model(model, path):
         ``random_state`` is stored as None: it only seeded the head
         compression, which is done.
 
+    See Also
+    --------
+    load_model : Read the file back, checking every entry.
+
     Examples
     --------
     >>> import numpy as np, os, tempfile
@@ -614,6 +618,7 @@ def load_model(path):
     Parameters
     ----------
     path : str or path-like
+        The ``.npz`` file written by :func:`save_model`.
 
     Returns
     -------
@@ -627,6 +632,10 @@ def load_model(path):
     ValueError
         When the file is not a sklearn-linattn model file or any entry is
         corrupt or inconsistent; the message names the file and the entry.
+
+    See Also
+    --------
+    save_model : Write the file.
 
     Examples
     --------

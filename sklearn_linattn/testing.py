@@ -159,7 +159,7 @@ def mhla_parameters(*, d=None, d_out=None, n_heads=None, scale=1.0):
 
     See Also
     --------
-    realizable_datasets : sequences together with the output of such heads.
+    realizable_datasets : Sequences together with the output of such heads.
 
     Examples
     --------
@@ -282,10 +282,11 @@ def sequence_batches(*, d=None, min_samples=1, max_samples=6, min_length=1,
     Returns
     -------
     strategy : SearchStrategy of ndarray of shape (n_samples, n_tokens, d)
+        NaN-padded batches ``X`` of dtype ``dtype``.
 
     See Also
     --------
-    sklearn_linattn._validation.sequence_lengths : the padding rule.
+    realizable_datasets : Such batches together with exact targets.
 
     Examples
     --------
@@ -324,10 +325,20 @@ def realizable_datasets(*, d=None, d_out=None, n_heads=None, readout="last",
     readout : {"last", "all"} or SearchStrategy of them, default="last"
         ``"last"``: one target per sequence.  ``"all"``: a target at every
         position (causal readout), NaN at padded positions.
-    min_samples, max_samples, min_length, max_length, dtype, scale, padded
-        As in :func:`sequence_batches`.
+    min_samples, max_samples : int, default=1, 6
+        Range of the number of sequences, as in :func:`sequence_batches`.
+    min_length, max_length : int, default=1, 6
+        Range of the number of real tokens per sequence, as in
+        :func:`sequence_batches`.
+    dtype : {np.float64, np.float32} or SearchStrategy of them, default=np.float64
+        Floating dtype of ``X``, as in :func:`sequence_batches`.
+    scale : float or SearchStrategy of float, default=1.0
+        Standard deviation of the entries of ``X``, as in
+        :func:`sequence_batches`.
     parameter_scale : float or SearchStrategy of float, default=1.0
         ``scale`` of :func:`mhla_parameters`.
+    padded : bool, default=True
+        As in :func:`sequence_batches`.
 
     Returns
     -------
@@ -337,6 +348,11 @@ def realizable_datasets(*, d=None, d_out=None, n_heads=None, readout="last",
         (n_samples, n_tokens, d_out) for ``"all"`` (always with the output
         axis); ``V`` of shape (n_heads, d_out, d); ``Q`` of shape
         (n_heads, d, d).
+
+    See Also
+    --------
+    mhla_parameters : The heads.
+    sequence_batches : The sequences.
 
     Examples
     --------
@@ -420,6 +436,7 @@ def rank_deficient_datasets(*, d=None, subspace_dim=None, min_samples=1,
         be at least 2 (one-token sequences only reach the symmetric cubic
         monomials, a smaller space).
     dtype : {np.float64, np.float32} or SearchStrategy of them, default=np.float64
+        Floating dtype of ``X``; the data is exact in either.
     scale : float or SearchStrategy of float, default=1.0
         Magnitude of the entries, rounded to the nearest power of two.
     padded : bool, default=True
@@ -431,6 +448,10 @@ def rank_deficient_datasets(*, d=None, subspace_dim=None, min_samples=1,
         ``X`` of shape (n_samples, n_tokens, d), NaN-padded; ``rank`` the
         exact rank ``r**2 (r + 1) / 2`` of the feature rows (both readouts);
         ``basis`` the float64 matrix ``B`` of shape (d, r).
+
+    See Also
+    --------
+    sklearn_linattn.certify_identifiability : The certificate such data fails.
 
     Examples
     --------
