@@ -1,6 +1,6 @@
 """Wall time of the closed form against minibatch Adam (the paper's Sec. 4.1 setting).
 
-Data (DESIGN.md section 6): a one-head generator V (1 x d), Q (d x d) with
+Data (the paper's Sec. 4.1): a one-head generator V (1 x d), Q (d x d) with
 N(0, 1/d) entries; N sequences of T tokens with N(0, 1/T) entries; targets at
 every position (causal readout "all").
 

@@ -715,7 +715,7 @@ def test_regressor_certificate_equals_standalone(readout, identifiable):
 @pytest.mark.parametrize("solver", ["eigh", "dual", "lsmr"])
 def test_covers_on_sparse_inputs_matches_the_dense_computation(monkeypatch, readout, solver):
     # One-hot tokens take the sparse-rows path of covers() and error_bound().
-    from sklearn_linattn import _certificate
+    from sklearn_linattn._certificate import _certificate
 
     rng = np.random.default_rng(0)
     d = 13  # psi = 1183 >= the sparse path's minimum

@@ -214,8 +214,8 @@ def test_lsmr_certificate_equals_eigh(readout):
     np.testing.assert_allclose(sparse.error_bound(candidates, 1e-4),
                                dense.error_bound(candidates, 1e-4), rtol=1e-6)
     # Eigenvectors are kept in active coordinates only.
-    assert sparse._eigenvectors.shape[1] == sparse.rank
-    assert sparse._eigenvectors.shape[0] < sparse.n_features
+    assert sparse._row_space.eigenvectors.shape[1] == sparse.rank
+    assert sparse._row_space.eigenvectors.shape[0] < sparse.n_features
     # The witness: a null vector of the training rows, its input not covered.
     w = sparse.witness(random_state=0)
     H, _ = sparse_feature_rows(X, np.full(len(X), X.shape[1]), readout)

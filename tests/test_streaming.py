@@ -138,7 +138,7 @@ def test_fit_statistics_from_merged_blocks():
     assert bool(plain.certificate_) == bool(whole.certificate_)
     np.testing.assert_allclose(plain.predict(X), whole.predict(X), rtol=1e-8, atol=1e-10)
     assert model.predict(X).shape == y.shape[:2]
-    assert model.certificate_._n_tokens == X.shape[1]
+    assert model.certificate_._layout.n_tokens == X.shape[1]
     with pytest.raises(ValueError, match="readout='all', but this estimator has "
                                          "readout='last'"):
         LinearAttentionRegressor()._fit_statistics(stats)

@@ -1,0 +1,125 @@
+"""Two models that a failed certificate cannot tell apart, and how they are built."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._features import attention_features
+from .._heads import heads_from_coefficients
+from .._validation import to_data_format, validate_random_state
+
+__all__ = ["Witness", "make_witness"]
+
+# Random candidate inputs tried by ``make_witness``; the one whose features
+# stick out of the training span the most (relative to their norm) is returned.
+_WITNESS_CANDIDATES = 16
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Witness:
+    """Two attention models that a failed certificate cannot tell apart.
+
+    Returned by :meth:`~sklearn_linattn.IdentifiabilityCertificate.witness`.
+    Both models give the same outputs on every training input (to rounding:
+    their coefficient difference lies in the numerical null space of the
+    training features), and clearly different outputs at the last position
+    of ``input``.
+
+    Attributes
+    ----------
+    model_a : tuple (V_a, Q_a)
+        ``V_a`` of shape (n_heads_a, d_out, d) and ``Q_a`` of shape
+        (n_heads_a, d, d), for :func:`~sklearn_linattn.mhla_forward`.
+    model_b : tuple (V_b, Q_b)
+        The second model, same layout (its head count may differ).
+    input : ndarray of shape (n_tokens, d)
+        One sequence on which the two models disagree ((d, n_tokens) for a
+        certificate of ``data_format="channels_first"`` data).
+    null_vector : ndarray of shape (psi,)
+        Unit vector of folded coefficients, in the null space of the training
+        features, along which the two models differ: ``p(model_b) - p(model_a)``
+        is a multiple of it in every output row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import certify_identifiability, mhla_forward
+    >>> X = np.random.default_rng(0).normal(size=(14, 4, 3))  # 14 < psi = 18
+    >>> w = certify_identifiability(X).witness(random_state=0)
+    >>> (Va, Qa), (Vb, Qb) = w.model_a, w.model_b
+    >>> bool(np.allclose(mhla_forward(X, Va, Qa), mhla_forward(X, Vb, Qb)))
+    True
+    >>> Z = w.input[None]
+    >>> bool(np.allclose(mhla_forward(Z, Va, Qa), mhla_forward(Z, Vb, Qb)))
+    False
+    """
+
+    model_a: tuple
+    model_b: tuple
+    input: np.ndarray
+    null_vector: np.ndarray
+
+    def __repr__(self):
+        return (
+            f"Witness(model_a={self.model_a[0].shape[0]} heads, "
+            f"model_b={self.model_b[0].shape[0]} heads, "
+            f"input of shape {self.input.shape})"
+        )
+
+
+def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=None):
+    """The witness of a failed certificate (see ``IdentifiabilityCertificate.witness``).
+
+    Parameters
+    ----------
+    row_space : RowSpace
+        The certificate's representation of ``Lambda_D`` (not identifiable).
+    standardizer : TokenStandardizer
+        The standardized coordinates everything here is computed in.
+    layout : _Layout
+        The witness input's length (``n_tokens``) and layout (``data_format``).
+    d : int
+        Token dimension.
+    coef : ndarray of shape (d_out, psi) or None
+        Fitted standardized coefficients, the base model; None: a random one.
+    random_state : int, RandomState instance or None
+        Seeds the candidate inputs (and the random base model).
+    """
+    rng = validate_random_state(random_state)
+    n_tokens = max(layout.n_tokens or d + 1, 2)  # one token reaches only symmetric monomials
+    Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
+    lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
+    h = standardizer.scale_features(attention_features(Z, lengths))
+    # At the training scale (||H|| ~ RMS training row) the candidates' null
+    # components compare with the coverage rule's allowance.
+    rms_row = np.sqrt(row_space.trace)
+    h_norm = np.linalg.norm(h, axis=1)
+    if rms_row > 0:
+        factor = (rms_row / h_norm) ** (1.0 / 3.0)
+        Z *= factor[:, None, None]
+        h *= (factor**3)[:, None]
+        h_norm = np.linalg.norm(h, axis=1)
+    best, w, n_best = row_space.witness_direction(h, h_norm)
+    Z, h_best = Z[best], h_norm[best]
+
+    if coef is None:
+        g = rng.standard_normal((1, row_space.n_features))
+        coef = g / (np.linalg.norm(g) * (rms_row if rms_row > 0 else 1.0))
+    a = np.linalg.norm(coef, axis=1).max()
+    if a == 0:
+        a = 1.0 / (rms_row if rms_row > 0 else 1.0)
+    # Sized so that the outputs at the input differ by a * ||h_best|| in every
+    # output, as much as model_a's own output there can be.
+    shift = (a * h_best / n_best) * w
+    coef_b = coef + shift[None, :]
+    # Everything above is in the standardized coordinates the certificate
+    # computes in; the witness is given in the data's own.
+    st = standardizer
+    user_null = st.coef_to_user(w, targets=False)
+    user_null = user_null / np.abs(user_null).max()
+    return Witness(
+        model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef), d)),
+        model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
+        input=to_data_format(st.inputs_to_user(Z)[None], layout.data_format)[0],
+        null_vector=user_null / np.linalg.norm(user_null),
+    )
