@@ -275,18 +275,17 @@ def _demo_bytes(d, n_heads, n_samples, max_len):
     formed from a ``n_heads d**5`` tensor).
     """
     from ._features import n_attention_features
-    from ._solvers import choose_solver
+    from ._memory import n_pairs
+    from ._solvers import choose_solver, solver_memory
 
     psi = n_attention_features(d)
     n = n_samples or 4 * psi
     sequences = 2 * 8 * d * (n * max_len + _DEMO_TEST_SEQUENCES * 4 * max_len)
     solver = choose_solver("auto", n, psi)
-    if solver == "dual":
-        fit = 8 * (2 * n * n + n * psi)
-    elif solver == "cg":
-        fit = 8 * n * (d * (d + 1) // 2 + d + 1)
+    if solver == "cg":  # its cache of row factors, in float64
+        fit = 8 * n * (n_pairs(d) + d + 1)
     else:
-        fit = int(3.25 * 8 * psi * psi)
+        fit = int(solver_memory(solver, n, psi))
     compression = 8 * n_heads * (d**5 + 2 * d * d * psi) + 8 * (n_heads * d * d) ** 2
     return sequences + max(fit, compression)
 
@@ -317,6 +316,7 @@ def _demo(args):
 
     from . import LinearAttentionRegressor, mhla_forward
     from ._features import n_attention_features
+    from ._memory import real_tokens
 
     if args.min_len > args.max_len:
         raise _UsageError(f"--min-len ({args.min_len}) exceeds --max-len ({args.max_len})")
@@ -331,7 +331,7 @@ def _demo(args):
     def sequences(n, min_len, max_len, scale):
         X = scale * rng.normal(size=(n, max_len, d))
         lengths = rng.integers(min_len, max_len + 1, size=n)
-        X[np.arange(max_len)[None, :] >= lengths[:, None]] = np.nan
+        X[~real_tokens(lengths, max_len)] = np.nan
         y = mhla_forward(np.nan_to_num(X), V, Q, lengths)[:, 0]
         return X, y
 

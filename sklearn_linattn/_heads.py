@@ -16,7 +16,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._attention import attention_coefficients
 from ._features import n_attention_features, pair_indices, unfold_coefficients
-from ._memory import single_blas_thread
+from ._memory import n_pairs, single_blas_thread
 from ._standardize import max_exponent
 from ._validation import as_real_array, check_scalar, validate_random_state
 
@@ -345,7 +345,7 @@ def _auto_n_init(d_out, d, n_heads, max_iter):
     = 3 or 4), get the most starts.
     """
     n = n_heads * d_out * d
-    rows = d_out * d * (d + 1) // 2
+    rows = d_out * n_pairs(d)
     rank = min(rows, n_heads * d)
     seconds = 30e-6 + 8e-9 * rows * (n_heads * d) ** 2 + 5e-11 * n * n * (rank * d + n)
     return int(np.clip(1.0 / (max_iter * seconds), 10, 500))
@@ -528,7 +528,7 @@ def _search(c, d, n_heads, abs_tol, max_iter, n_init, rng):
             np.concatenate([Q_svd, np.zeros((pad, d, d))]),
             1,
         )
-    target = c.reshape(d_out * (d * (d + 1) // 2), d)
+    target = c.reshape(d_out * n_pairs(d), d)
     # Deterministic starts, each computed only if the previous ones fell short.
     batches = [lambda: V_svd[None, :n_heads]]
     if d_out == 1:

@@ -37,7 +37,7 @@ import scipy.linalg
 from scipy.linalg import get_lapack_funcs
 
 from ._features import fold_coefficients, pair_indices, unfold_coefficients
-from ._memory import iter_sample_chunks
+from ._memory import iter_sample_chunks, real_tokens
 from ._spectrum import eigenvalue_tolerance
 
 __all__ = ["StandardizerAccumulator", "TokenStandardizer", "scale_per_sample", "standardizer_for"]
@@ -510,7 +510,7 @@ class StandardizerAccumulator:
         for sl in iter_sample_chunks(n_samples, 3 * n_tokens * d):
             Xc = np.asarray(X[sl], dtype=np.float64)
             lc = np.asarray(lengths[sl])
-            real = np.arange(n_tokens)[None, :] < lc[:, None]
+            real = real_tokens(lc, n_tokens)
             wc = None if w is None else w[sl]
             Yc = None if Y is None or self._ey is None else np.asarray(Y[sl], dtype=np.float64)
             if wc is not None and not np.all(wc > 0):

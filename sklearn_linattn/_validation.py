@@ -527,7 +527,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X", expected_by=None):
     lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
     if X.dtype not in _FLOAT_DTYPES:
         X = X.astype(np.float64)
-    pad = np.arange(X.shape[1])[None, :] >= lengths[:, None]
+    pad = ~real_tokens(lengths, X.shape[1])
     if pad.any() and np.any(X[pad] != 0):
         X = X.copy()
         X[pad] = 0.0

@@ -27,7 +27,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._attention import attention_coefficients, mhla_forward
-from ._memory import iter_sample_chunks
+from ._memory import iter_sample_chunks, real_tokens
 from ._validation import (
     check_data_format,
     check_heads,
@@ -68,7 +68,7 @@ def _position_moments(X, Y, lengths, readout):
         S = np.matmul(X.transpose(0, 2, 1), X)
         x = X[np.arange(X.shape[0]), lengths - 1]
         return S, x, Y
-    real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+    real = real_tokens(lengths, X.shape[1])
     S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
     return S[real], X[real], Y[real]
 
@@ -259,7 +259,7 @@ def _relative_mse(X, lengths, Y, V, Q, readout):
     """MSE / mean(y**2) over the real outputs (plain MSE if every y is 0)."""
     pred = mhla_forward(X, V, Q, lengths, readout=readout)
     if readout == "all":
-        real = np.arange(X.shape[1])[None, :] < lengths[:, None]
+        real = real_tokens(lengths, X.shape[1])
         pred, Y = pred[real], Y[real]
     mse = float(np.mean((pred - Y) ** 2))
     scale = float(np.mean(Y**2))

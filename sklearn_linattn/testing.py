@@ -35,6 +35,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from ._features import n_attention_features
+from ._memory import real_tokens
 from ._attention import mhla_forward
 
 __all__ = [
@@ -220,7 +221,7 @@ def _padded_batch(draw, d, min_samples, max_samples, min_length, max_length,
     scale = draw(scale_st)
     rng = np.random.default_rng(draw(_SEEDS))
     X = (rng.standard_normal((n_samples, n_tokens, d)) * scale).astype(dtype)
-    X[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
+    X[~real_tokens(lengths, n_tokens)] = np.nan
     return X, lengths
 
 
@@ -503,7 +504,7 @@ def rank_deficient_datasets(*, d=None, subspace_dim=None, min_samples=1,
         basis = np.vstack([np.eye(r), M])[rng.permutation(dd)]
         z = rng.integers(-(2**16), 2**16 + 1, size=(n_samples, n_tokens, r)) / 2**16
         X = (np.einsum("jr,ntr->ntj", basis, z) * power).astype(dtype_)
-        X[np.arange(n_tokens)[None, :] >= lengths[:, None]] = np.nan
+        X[~real_tokens(lengths, n_tokens)] = np.nan
         return X, rank, basis
 
     return build()

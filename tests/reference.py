@@ -1,7 +1,7 @@
 """Slow, obviously-correct references for the package's vectorised math.
 
 Everything here is written with plain Python loops over samples, tokens,
-heads and indices, straight from DESIGN.md section 1, and uses nothing of the
+heads and indices, straight from the definition (doc/theory.rst), and uses nothing of the
 package.  Sequences may be NaN-padded: every function takes the lengths
 explicitly and never reads a token at or beyond ``lengths[i]``, so padding
 values (NaN or zero) cannot matter.
@@ -159,7 +159,7 @@ def ref_forward(X, lengths, V, Q, readout="last"):
 
 
 def ref_coefficients(V, Q):
-    """p(Theta) by the formula of DESIGN.md section 1, shape (d_out, psi).
+    """p(Theta) by the formula of doc/theory.rst, shape (d_out, psi).
 
     For j < k: sum_h V_h[a,j] Q_h[k,l] + V_h[a,k] Q_h[j,l];
     for j == k: sum_h V_h[a,j] Q_h[j,l].

@@ -95,7 +95,7 @@ def batch_and_heads(draw, readout=READOUTS, padded=True):
 
 
 # --------------------------------------------------------------------------
-# Reference sanity: the references themselves agree with DESIGN.md.
+# Reference sanity: the references themselves agree with the definitions.
 # --------------------------------------------------------------------------
 
 
@@ -301,7 +301,7 @@ def test_output_is_inner_product_of_coefficients_and_features(data):
     feats = ref_features if readout == "last" else ref_prefix_features
     magnitude = ref_forward(np.abs(X), lengths, np.abs(V), np.abs(Q), readout)
     expected = ref_forward(X, lengths, V, Q, readout)
-    # 1. The identity itself, on the references alone (DESIGN.md section 1).
+    # 1. The identity itself, on the references alone (doc/theory.rst).
     via_features = ref_linear_readout(ref_coefficients(V, Q), feats(X, lengths))
     if readout == "all":
         via_features[np.isnan(expected).any(axis=-1)] = np.nan
