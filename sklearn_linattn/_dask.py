@@ -262,30 +262,32 @@ def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_featu
 def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_features,
                         data_format, whiten):
     """Token and target magnitudes of one block (a StandardizerAccumulator), or None."""
-    if X.shape[0] == 0:
-        return None
-    X, lengths, Y, single, w = _validated_block(
-        X, y, sample_weight, offset, readout=readout, token_dim=token_dim,
-        n_features=n_features, data_format=data_format)
-    acc = StandardizerAccumulator(X.shape[2], Y.shape[-1], whiten=whiten)
-    return acc.update(X, lengths, Y, w), single
+    def magnitudes(X, lengths, Y, w):
+        return StandardizerAccumulator(X.shape[2], Y.shape[-1], whiten=whiten).update(
+            X, lengths, Y, w)
+    return _on_block(magnitudes, X, y, sample_weight, offset, readout=readout,
+                     token_dim=token_dim, n_features=n_features, data_format=data_format)
 
 
 def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features,
                       data_format, standardizer):
-    """Validate one block of sequences and return its sufficient statistics.
+    """Sufficient statistics of one block of sequences, or None for an empty block."""
+    def statistics(X, lengths, Y, w):
+        return SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer).update(
+            X, lengths, Y, readout=readout, sample_weight=w)
+    return _on_block(statistics, X, y, sample_weight, offset, readout=readout,
+                     token_dim=token_dim, n_features=n_features, data_format=data_format)
 
-    Runs on a worker.  Returns ``(stats, single_output)``, or None for an
-    empty block.
+
+def _on_block(work, X, y, sample_weight, offset, **layout):
+    """``(work(X, lengths, Y, w), single_output)`` of one validated block (on a worker).
+
+    None for an empty block.
     """
     if X.shape[0] == 0:
         return None
-    X, lengths, Y, single, w = _validated_block(
-        X, y, sample_weight, offset, readout=readout, token_dim=token_dim,
-        n_features=n_features, data_format=data_format)
-    stats = SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer)
-    stats.update(X, lengths, Y, readout=readout, sample_weight=w)
-    return stats, single
+    X, lengths, Y, single, w = _validated_block(X, y, sample_weight, offset, **layout)
+    return work(X, lengths, Y, w), single
 
 
 def _check_outputs(first, single, other, part_single):
