@@ -137,9 +137,9 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
     V, Q = check_heads(V, Q)
     check_readout(readout)
     if lengths is None:
-        X, lengths = check_sequences(X, n_features=V.shape[2])
+        X, lengths = check_sequences(X, n_features_in=V.shape[2])
     else:
-        X, lengths = check_lengths(X, lengths, n_features=V.shape[2])
+        X, lengths = check_lengths(X, lengths, n_features_in=V.shape[2])
     n_samples, n_tokens, d = X.shape
     n_heads, d_out = V.shape[:2]
     # Exact power-of-two rescaling: y(2**e X) = 2**(3e) y(X), and heads
@@ -299,9 +299,9 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
         )
     n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
     if lengths is None:
-        X, lengths = check_sequences(X, n_features=d)
+        X, lengths = check_sequences(X, n_features_in=d)
     else:
-        X, lengths = check_lengths(X, lengths, n_features=d)
+        X, lengths = check_lengths(X, lengths, n_features_in=d)
     round_ = _check_rounding(rounding, d)
     n_samples, n_tokens = X.shape[:2]
     _check_generate_memory(n_samples, n_tokens, d, n_steps)

@@ -138,7 +138,7 @@ def _reworded(exc, replacements):
     return _with_message(exc, message)
 
 
-def _check_sample_dtype_shape(X, *, token_dim, n_features, data_format="channels_last"):
+def _check_sample_dtype_shape(X, *, token_dim, n_features_in, data_format="channels_last"):
     """Run the shape and dtype checks of ``check_sequences`` without data.
 
     A zero-filled stand-in holding one sample of X's dtype and trailing shape
@@ -153,7 +153,7 @@ def _check_sample_dtype_shape(X, *, token_dim, n_features, data_format="channels
     probe_shape = (min(shape[0], 1),) + shape[1:] if shape else ()
     probe = np.zeros(probe_shape, dtype=X.dtype)
     try:
-        Xv, _ = check_sequences(probe, token_dim=token_dim, n_features=n_features,
+        Xv, _ = check_sequences(probe, token_dim=token_dim, n_features_in=n_features_in,
                                 data_format=data_format)
     except (TypeError, ValueError) as exc:
         raise _reworded(exc, [(str(probe_shape), str(shape))]) from None
@@ -245,10 +245,10 @@ def _as_sample_weight(sample_weight, da, n_samples):
     return sample_weight
 
 
-def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_features,
+def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_features_in,
                      data_format):
     """Validate one block of sequences (on a worker); messages count samples globally."""
-    X, lengths = check_sequences(X, token_dim=token_dim, n_features=n_features,
+    X, lengths = check_sequences(X, token_dim=token_dim, n_features_in=n_features_in,
                                  data_format=data_format, offset=offset)
     Y, single = check_targets(y, lengths, X.shape[1], readout=readout,
                               data_format=data_format, offset=offset)
@@ -259,24 +259,24 @@ def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_featu
     return X, lengths, Y, single, w
 
 
-def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_features,
+def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_features_in,
                         data_format, whiten):
     """Token and target magnitudes of one block (a StandardizerAccumulator), or None."""
     def magnitudes(X, lengths, Y, w):
         return StandardizerAccumulator(X.shape[2], Y.shape[-1], whiten=whiten).update(
             X, lengths, Y, w)
     return _on_block(magnitudes, X, y, sample_weight, offset, readout=readout,
-                     token_dim=token_dim, n_features=n_features, data_format=data_format)
+                     token_dim=token_dim, n_features_in=n_features_in, data_format=data_format)
 
 
-def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features,
+def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features_in,
                       data_format, standardizer):
     """Sufficient statistics of one block of sequences, or None for an empty block."""
     def statistics(X, lengths, Y, w):
         return SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer).update(
             X, lengths, Y, readout=readout, sample_weight=w)
     return _on_block(statistics, X, y, sample_weight, offset, readout=readout,
-                     token_dim=token_dim, n_features=n_features, data_format=data_format)
+                     token_dim=token_dim, n_features_in=n_features_in, data_format=data_format)
 
 
 def _on_block(work, X, y, sample_weight, offset, **layout):
@@ -337,12 +337,12 @@ def _check_split_every(split_every):
 
 def _reduction(
     X, y, task, merge, name, *, readout="last", token_dim=None, sample_weight=None,
-    n_features=None, split_every=None, data_format="channels_last", **extra,
+    n_features_in=None, split_every=None, data_format="channels_last", **extra,
 ):
     """Build a lazy block-by-block reduction of sequences and targets.
 
     ``task(X_block, y_block, w_block, offset, readout=..., token_dim=...,
-    n_features=..., **extra)`` runs on each block and ``merge(*parts)``
+    n_features_in=..., **extra)`` runs on each block and ``merge(*parts)``
     combines them in a tree of ``split_every``-ary tasks.
 
     Returns
@@ -361,7 +361,7 @@ def _reduction(
     data_format = check_data_format(data_format)
     split_every = _check_split_every(split_every)
     X = _check_dask_array(X, da, "X")
-    n_tokens, _ = _check_sample_dtype_shape(X, token_dim=token_dim, n_features=n_features,
+    n_tokens, _ = _check_sample_dtype_shape(X, token_dim=token_dim, n_features_in=n_features_in,
                                             data_format=data_format)
     n_samples = X.shape[0]
     y = _as_targets(y, da, n_samples, n_tokens, readout, data_format)
@@ -383,7 +383,7 @@ def _reduction(
         (v.exponents, v.whitening, v.y_exponents, v.weight_exponent)
         if isinstance(v, TokenStandardizer) else v for v in extra.values()
     ]
-    token = tokenize(X, y, sample_weight, readout, token_dim, n_features, split_every,
+    token = tokenize(X, y, sample_weight, readout, token_dim, n_features_in, split_every,
                      data_format, name, extra_token)
     x_blocks = X.to_delayed(optimize_graph=False).ravel()
     y_blocks = _sample_aligned(y, X, da)
@@ -396,7 +396,7 @@ def _reduction(
     level = [
         dask.delayed(task)(
             xb, yb, wb, int(offset), readout=readout, token_dim=token_dim,
-            n_features=n_features, data_format=data_format, **extra,
+            n_features_in=n_features_in, data_format=data_format, **extra,
             dask_key_name=f"linattn-{name}-{token}-{i}",
         )
         for i, (xb, yb, wb, offset) in enumerate(zip(x_blocks, y_blocks, w_blocks, offsets))
@@ -415,7 +415,7 @@ def _reduction(
 
 
 def dask_scales(
-    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
+    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features_in=None,
     split_every=None, timeout=None, data_format="channels_last",
 ):
     """Token and target magnitudes of a dask array of sequences, block by block.
@@ -433,7 +433,7 @@ def dask_scales(
     """
     result, _ = _reduction(
         X, y, _block_standardizer, _merge_standardizers, "scales", readout=readout,
-        token_dim=token_dim, sample_weight=sample_weight, n_features=n_features,
+        token_dim=token_dim, sample_weight=sample_weight, n_features_in=n_features_in,
         split_every=split_every, data_format=data_format, whiten=True,
     )
     merged = _compute(result, timeout)
@@ -508,7 +508,7 @@ def _compute(result, timeout):
 
 
 def dask_sufficient_statistics(
-    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features=None,
+    X, y, *, readout="last", token_dim=None, sample_weight=None, n_features_in=None,
     split_every=None, standardizer=None, timeout=None, data_format="channels_last",
 ):
     """Least-squares sufficient statistics of a dask array of sequences.
@@ -543,7 +543,7 @@ def dask_sufficient_statistics(
     sample_weight : dask array, array-like of shape (n_samples,), float or None, \
 default=None
         Weight of each sequence, aligned with X's blocks like y.
-    n_features : int or None, default=None
+    n_features_in : int or None, default=None
         Expected token dimension d (as seen by an earlier fit); None accepts
         any.
     split_every : int or None, default=None
@@ -614,12 +614,12 @@ default=None
     if standardizer is None:
         standardizer = dask_scales(
             X, y, readout=readout, token_dim=token_dim, sample_weight=sample_weight,
-            n_features=n_features, split_every=split_every, timeout=timeout,
+            n_features_in=n_features_in, split_every=split_every, timeout=timeout,
             data_format=data_format,
         ).finish()
     result, n_tokens = _reduction(
         X, y, _block_statistics, _merge_blocks, "statistics", readout=readout,
-        token_dim=token_dim, sample_weight=sample_weight, n_features=n_features,
+        token_dim=token_dim, sample_weight=sample_weight, n_features_in=n_features_in,
         split_every=split_every, data_format=data_format, standardizer=standardizer,
     )
     stats, single = _compute(result, timeout)

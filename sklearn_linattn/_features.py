@@ -381,7 +381,7 @@ def attention_kernel(X, Y=None, *, token_dim=None):
     X = np.asarray(X, dtype=np.float64)
     if Y is None:
         return padded_kernel(X, lengths_X, X, lengths_X)
-    Y, lengths_Y = check_sequences(Y, token_dim=token_dim, n_features=X.shape[2], name="Y")
+    Y, lengths_Y = check_sequences(Y, token_dim=token_dim, n_features_in=X.shape[2], name="Y")
     return padded_kernel(X, lengths_X, np.asarray(Y, dtype=np.float64), lengths_Y)
 
 

@@ -26,8 +26,8 @@ class TrainingData:
     chunk name it, e.g. ``X[4096:8192][3, 2] is partly NaN``.
     """
 
-    def __init__(self, X, y, sample_weight, *, layout, readout, n_features=None):
-        self.layout, self.readout, self.n_features = layout, readout, n_features
+    def __init__(self, X, y, sample_weight, *, layout, readout, n_features_in=None):
+        self.layout, self.readout, self.n_features_in = layout, readout, n_features_in
         self._first = self._rest = None
         self.chunked = (
             isinstance(X, np.ndarray)
@@ -44,7 +44,7 @@ class TrainingData:
             self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
         else:
             # Read only (statistics, solvers, or concatenated): no copy needed.
-            Xv, lengths = check_sequences(X, n_features=n_features, copy=False, **layout)
+            Xv, lengths = check_sequences(X, n_features_in=n_features_in, copy=False, **layout)
             Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout,
                                       data_format=layout["data_format"])
             w = check_sample_weight(sample_weight, Xv.shape[0])
@@ -61,7 +61,7 @@ class TrainingData:
         for start in range(0, self.n_samples, step):
             sl = slice(start, min(start + step, self.n_samples))
             Xc, lc = check_sequences(
-                self.X[sl], n_features=self.n_features,
+                self.X[sl], n_features_in=self.n_features_in,
                 name=f"X[{sl.start}:{sl.stop}]", copy=False, **self.layout,
             )
             Yc, single = check_targets(

@@ -274,7 +274,7 @@ def sequence_lengths(X, *, name="X", offset=0):
 
 
 def check_sequences(
-    X, *, token_dim=None, n_features=None, name="X", fill_value=0.0, copy=True,
+    X, *, token_dim=None, n_features_in=None, name="X", fill_value=0.0, copy=True,
     data_format="channels_last", expected_by=None, offset=0,
 ):
     """Validate sequence input and return a padded 3-D float array and lengths.
@@ -290,7 +290,7 @@ arrays, or array-like of shape (n_samples, n_columns)
     token_dim : int or None, default=None
         Token dimension d for 2-D input.  For 3-D or list input it must be
         None or equal to d (a contradiction is an error, not ignored).
-    n_features : int or None, default=None
+    n_features_in : int or None, default=None
         Expected token dimension (as seen in ``fit``); None accepts any.
         ``expected_by`` says in the error message where it comes from
         (default: the dimension an estimator was fitted on).
@@ -310,7 +310,7 @@ arrays, or array-like of shape (n_samples, n_columns)
         and sktime store multivariate series; the result is in the package's
         layout either way.
     expected_by : str or None, default=None
-        Where ``n_features`` comes from, for the error message.
+        Where ``n_features_in`` comes from, for the error message.
     offset : int, default=0
         Index of the first sequence in error messages (for a block of a
         larger array).
@@ -444,7 +444,7 @@ arrays, or array-like of shape (n_samples, n_columns)
             f"{name} must have at least one token and a token dimension d >= 1; got "
             f"shape {X.shape}."
         )
-    _check_token_dimension(X, n_features, name, expected_by, two_d and token_dim is None)
+    _check_token_dimension(X, n_features_in, name, expected_by, two_d and token_dim is None)
     if finite:
         lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
     else:
@@ -457,18 +457,18 @@ arrays, or array-like of shape (n_samples, n_columns)
     return np.ascontiguousarray(X), lengths
 
 
-def _check_token_dimension(X, n_features, name, expected_by=None, two_d=False):
+def _check_token_dimension(X, n_features_in, name, expected_by=None, two_d=False):
     """The token dimension of a 3-D X against the expected one (None: any)."""
-    if n_features is not None and X.shape[2] != n_features:
+    if n_features_in is not None and X.shape[2] != n_features_in:
         by = expected_by or ("the estimator was fitted on tokens of that dimension "
                              "(n_features_in_ is the token dimension d)")
         hint = (
             f" A 2-D {name} is read as univariate sequences (d = 1) unless token_dim is "
-            f"set: pass token_dim={n_features} to read each row as tokens of dimension "
-            f"{n_features}, or a 3-D array." if two_d else ""
+            f"set: pass token_dim={n_features_in} to read each row as tokens of dimension "
+            f"{n_features_in}, or a 3-D array." if two_d else ""
         )
         raise ValueError(
-            f"{name} has tokens of dimension d={X.shape[2]}, but d={n_features} was "
+            f"{name} has tokens of dimension d={X.shape[2]}, but d={n_features_in} was "
             f"expected: {by}.{hint}"
         )
 
@@ -495,7 +495,7 @@ def check_lengths_array(lengths, n_samples, n_tokens):
     return lengths
 
 
-def check_lengths(X, lengths, *, n_features=None, name="X", expected_by=None):
+def check_lengths(X, lengths, *, n_features_in=None, name="X", expected_by=None):
     """Validate a NaN-free 3-D array with explicit lengths; zero its padding.
 
     For callers that keep sequence lengths beside the data instead of NaN
@@ -507,7 +507,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X", expected_by=None):
     X : array-like of shape (n_samples, n_tokens, d)
     lengths : array-like of int, shape (n_samples,)
         Each between 1 and n_tokens.
-    n_features : int or None
+    n_features_in : int or None
         Expected token dimension d.
     name : str, default="X"
 
@@ -523,7 +523,7 @@ def check_lengths(X, lengths, *, n_features=None, name="X", expected_by=None):
             f"{name} must be a 3-D array of shape (n_samples, n_tokens, d) when lengths "
             f"are given; got shape {X.shape}."
         )
-    _check_token_dimension(X, n_features, name, expected_by)
+    _check_token_dimension(X, n_features_in, name, expected_by)
     lengths = check_lengths_array(lengths, X.shape[0], X.shape[1])
     if X.dtype not in _FLOAT_DTYPES:
         X = X.astype(np.float64)

@@ -146,7 +146,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         H : ndarray of shape (n_samples, psi), float64
         """
         check_is_fitted(self)
-        X, lengths = check_sequences(X, n_features=self.n_features_in_, **self._layout())
+        X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
         return attention_features(np.asarray(X, dtype=np.float64), lengths)
 
     def get_feature_names_out(self, input_features=None):
@@ -193,7 +193,7 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
 
     def _validate_X(self, X):
         check_is_fitted(self)
-        return check_sequences(X, n_features=self.n_features_in_, **self._layout())
+        return check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
 
     def _forward(self, X, lengths):
         """Outputs of the fitted model on validated sequences, shape (n, [n_tokens,] d_out)."""
@@ -670,14 +670,14 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._check_params()
         start = time.perf_counter()
         previous = self._previous_statistics()
-        n_features = None if previous is None else previous.d
+        n_features_in = None if previous is None else previous.d
         if is_dask_collection(X) or is_dask_collection(y):
-            stats, single, scales = self._dask_statistics(X, y, sample_weight, n_features,
+            stats, single, scales = self._dask_statistics(X, y, sample_weight, n_features_in,
                                                           previous)
             self._check_outputs(stats.d_out, previous)
         else:
             data = TrainingData(X, y, sample_weight, layout=self._layout(),
-                                readout=self.readout, n_features=n_features)
+                                readout=self.readout, n_features_in=n_features_in)
             Xf, _, Yf, single, _ = data.first()
             self._check_outputs(Yf.shape[-1], previous)
             if previous is None:
@@ -757,7 +757,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             scales = StandardizerAccumulator._copy(earlier).merge(scales)
         return scales, scales.finish()
 
-    def _dask_statistics(self, X, y, sample_weight, n_features=None, previous=None):
+    def _dask_statistics(self, X, y, sample_weight, n_features_in=None, previous=None):
         """Statistics of dask input, block by block on the workers (see ``_dask``).
 
         Returns ``(stats, single_output, scales)``: two passes, the token
@@ -773,7 +773,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         from ._dask import dask_scales, dask_sufficient_statistics
 
         kwargs = dict(readout=self.readout, sample_weight=sample_weight,
-                      n_features=n_features, **self._layout())
+                      n_features_in=n_features_in, **self._layout())
         scales, standardizer = self._continued_scales(dask_scales(X, y, **kwargs), previous)
         stats, _, single = dask_sufficient_statistics(X, y, standardizer=standardizer, **kwargs)
         return stats, single, scales

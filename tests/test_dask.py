@@ -402,7 +402,7 @@ def test_shape_errors_carry_the_in_memory_message_before_computing(case):
 def test_n_features_is_checked_before_computing():
     X = _never_computed((40, 5, 3), np.float64, chunks=10)
     with pytest.raises(ValueError, match=r"tokens of dimension d=3, but d=4 was expected"):
-        dask_sufficient_statistics(X, np.zeros(40), n_features=4)
+        dask_sufficient_statistics(X, np.zeros(40), n_features_in=4)
 
 
 def test_y_none_is_refused_with_the_package_message():

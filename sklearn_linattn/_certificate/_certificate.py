@@ -340,7 +340,7 @@ class IdentifiabilityCertificate:
         """
         X, lengths = check_sequences(
             X_new, token_dim=self._layout.token_dim, data_format=self._layout.data_format,
-            n_features=self.n_features_in, name="X_new",
+            n_features_in=self.n_features_in, name="X_new",
             expected_by="the certificate is about tokens of that dimension",
         )
         space, st = self._row_space, self.standardization

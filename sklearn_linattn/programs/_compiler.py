@@ -636,7 +636,7 @@ class CompiledProgram:
         """
         if _is_tokens(prompts):
             prompts = self.encode(prompts)
-        X, lengths = check_sequences(prompts, n_features=self.d, name="prompts")
+        X, lengths = check_sequences(prompts, n_features_in=self.d, name="prompts")
         n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
         if self.max_length is not None and int(lengths.max()) + n_steps > self.max_length:
             raise ValueError(
