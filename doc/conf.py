@@ -75,29 +75,19 @@ NUMPYDOC_CHECKS = {
     "RT01", "RT03", "RT04", "RT05",
     "EX01",
 }
-# Until the modules that are being moved in other branches (_solvers,
-# _certificate, _mhla, _features, estimators, gradient, programs, datasets) are
-# fixed, only the public names matched by NUMPYDOC_VALIDATED are validated.
-# To enforce the checks on every public name, set NUMPYDOC_VALIDATE_ALL = True
-# (SKLEARN_LINATTN_NUMPYDOC_ALL=1 in the environment does the same for one
-# build, to list what is left).
-NUMPYDOC_VALIDATE_ALL = False
-NUMPYDOC_VALIDATED = (  # regexes on the documented name
-    r"sklearn_linattn\.metrics\.",
-    r"sklearn_linattn\.testing\.",
-    r"sklearn_linattn\.(save_model|load_model)$",
-)
-if os.environ.get("SKLEARN_LINATTN_NUMPYDOC_ALL", "") not in ("", "0"):
-    NUMPYDOC_VALIDATE_ALL = True
+# Every public name is validated (those of api.rst and the members of its
+# classes), except the names matched below.
+NUMPYDOC_VALIDATE_ALL = True
 
 numpydoc_validation_checks = NUMPYDOC_CHECKS
 numpydoc_validation_exclude = {
     # Methods inherited from scikit-learn document scikit-learn.
     r"\.(get_params|set_params|fit_transform)$",
     r"\.(set_\w+_request|set_output|get_metadata_routing)$",
+    # TEMPORARY: _certificate.py is being rewritten in another branch; its
+    # names (and their members) are validated again once it is merged.
+    r"sklearn_linattn\.(IdentifiabilityCertificate|Witness|certify_identifiability)",
 }
-if not NUMPYDOC_VALIDATE_ALL:
-    numpydoc_validation_exclude.add(rf"^(?!({'|'.join(NUMPYDOC_VALIDATED)}))")
 
 # -- Intersphinx, offline ---------------------------------------------------------
 # The build has no network, so it never downloads an objects.inv: each

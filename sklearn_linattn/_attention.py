@@ -437,6 +437,8 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0):
     Returns
     -------
     bool
+        True iff the coefficients p(Theta) of the two models agree within
+        the tolerance, i.e. their outputs agree on every input.
 
     Examples
     --------

@@ -361,6 +361,8 @@ def attention_kernel(X, Y=None, *, token_dim=None):
     Returns
     -------
     K : ndarray of shape (n_samples_X, n_samples_Y), float64
+        Gram matrix of the cubic features: ``K[i, j]`` is the inner product
+        of the features of ``X[i]`` and ``Y[j]`` (of ``X[j]`` when Y is None).
 
     Examples
     --------

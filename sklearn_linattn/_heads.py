@@ -68,7 +68,10 @@ def heads_from_coefficients(coef, d, *, rtol=None):
     Returns
     -------
     V : ndarray of shape (n_heads, d_out, d)
+        Value matrices, one head per singular value above the cut-off.
     Q : ndarray of shape (n_heads, d, d)
+        Fused key-query matrices of the same heads: ``(V, Q)`` has the
+        coefficients ``coef``, up to the singular values dropped.
 
     See Also
     --------

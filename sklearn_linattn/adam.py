@@ -172,8 +172,11 @@ def mhla_loss_gradient(X, Y, V, Q, lengths=None, *, readout="last"):
     Returns
     -------
     loss : float
+        Mean squared error over the real outputs.
     grad_V : ndarray of shape (n_heads, d_out, d)
+        Gradient of ``loss`` with respect to ``V``.
     grad_Q : ndarray of shape (n_heads, d, d)
+        Gradient of ``loss`` with respect to ``Q``.
 
     Examples
     --------
@@ -238,6 +241,8 @@ def learning_rate_schedule(step, n_steps, learning_rate, warmup_fraction):
     Returns
     -------
     rate : float or ndarray of float
+        Learning rate of each step, shaped like ``step`` (a float for a
+        scalar step).
 
     Examples
     --------
@@ -500,6 +505,20 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Returns
         -------
         self : AdamLinearAttentionRegressor
+            The fitted estimator, with one entry per epoch run in
+            ``loss_curve_`` and ``elapsed_``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import AdamLinearAttentionRegressor
+        >>> X = np.random.default_rng(0).normal(size=(50, 4, 2))
+        >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
+        >>> model = AdamLinearAttentionRegressor(n_heads=2, max_epochs=5, random_state=0)
+        >>> model.fit(X, y) is model
+        True
+        >>> model.n_iter_, bool(model.loss_curve_[-1] < model.loss_curve_[0])  # 5 epochs
+        (5, True)
         """
         start = time.perf_counter()
         self._check_params()

@@ -128,6 +128,16 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Returns
         -------
         self : LinearAttentionFeatures
+            The fitted transformer, with ``n_features_in_`` and
+            ``n_features_out_`` set.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionFeatures
+        >>> feats = LinearAttentionFeatures().fit(np.zeros((5, 4, 3)))
+        >>> feats.n_features_in_, feats.n_features_out_  # d and d**2 (d + 1) / 2
+        (3, 18)
         """
         X, _ = check_sequences(X, **self._layout())
         self.n_features_in_ = X.shape[2]
@@ -140,10 +150,25 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of any length, with the token dimension d seen in
+            ``fit``; trailing all-NaN tokens are padding.
 
         Returns
         -------
         H : ndarray of shape (n_samples, psi), float64
+            The features ``S[j, k] * x_last[l]`` (j <= k) of each sequence,
+            in the order of :meth:`get_feature_names_out`.
+
+        Examples
+        --------
+        Features sum over the tokens, so they grow with the length:
+
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionFeatures
+        >>> X = [np.ones((3, 2)), np.ones((5, 2))]  # two sequences, 3 and 5 tokens
+        >>> LinearAttentionFeatures().fit(X).transform(X)
+        array([[3., 3., 3., 3., 3., 3.],
+               [5., 5., 5., 5., 5., 5.]])
         """
         check_is_fitted(self)
         X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
@@ -160,6 +185,15 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Returns
         -------
         names : ndarray of str objects, shape (psi,)
+            One name per column of :meth:`transform`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionFeatures
+        >>> feats = LinearAttentionFeatures().fit(np.zeros((1, 3, 2)))
+        >>> feats.get_feature_names_out(["price", "volume"])[:2].tolist()
+        ['S[price,price]*last[price]', 'S[price,price]*last[volume]']
         """
         check_is_fitted(self)
         if input_features is not None and len(input_features) != self.n_features_in_:
@@ -219,6 +253,17 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
             ``readout="all"``: shape (n_samples, n_tokens[, d_out]), NaN at
             padded positions.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X, X_long = rng.normal(size=(50, 4, 2)), rng.normal(size=(3, 9, 2))
+        >>> f = lambda X: X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # a one-head MHLA
+        >>> model = LinearAttentionRegressor().fit(X, f(X))
+        >>> bool(np.allclose(model.predict(X_long), f(X_long)))  # longer sequences too
+        True
         """
         X, lengths = self._validate_X(X)
         return self._shape_output(self._forward(X, lengths))
@@ -286,7 +331,10 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Test sequences; trailing all-NaN tokens are padding.
         y : array-like, shaped as in :meth:`fit`
+            True targets; with ``readout="all"``, NaN at padded positions
+            (those positions are not scored).
         sample_weight : array-like of shape (n_samples,) or None
             Weight of each sequence (applied to each of its positions for
             ``readout="all"``).
@@ -295,6 +343,17 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         -------
         score : float
             R^2 averaged uniformly over outputs.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X, X_test = rng.normal(size=(50, 4, 2)), rng.normal(size=(20, 6, 2))
+        >>> f = lambda X: X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # a one-head MHLA
+        >>> model = LinearAttentionRegressor().fit(X, f(X))
+        >>> round(model.score(X_test, f(X_test)), 6)
+        1.0
         """
         Xv, lengths = self._validate_X(X)
         Y, _ = check_targets(y, lengths, Xv.shape[1], readout=self.readout,
@@ -579,6 +638,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Returns
         -------
         self : LinearAttentionRegressor
+            The fitted estimator.
 
         Examples
         --------
@@ -646,6 +706,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Returns
         -------
         self : LinearAttentionRegressor
+            The estimator, fitted on every batch seen so far.
 
         Raises
         ------
@@ -796,6 +857,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Returns
         -------
         self : LinearAttentionRegressor
+            The fitted estimator.
 
         Examples
         --------
@@ -895,10 +957,23 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of any length; trailing all-NaN tokens are padding.
 
         Returns
         -------
         y : ndarray, shaped as for :meth:`predict`
+            ``H(X) @ coef_.T``: the outputs of the uncompressed least-squares
+            solution.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> X = np.random.default_rng(0).normal(size=(50, 4, 2))
+        >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # a one-head MHLA
+        >>> model = LinearAttentionRegressor(n_heads=1).fit(X, y)
+        >>> bool(np.allclose(model.predict_from_coefficients(X), model.predict(X)))
+        True
         """
         X, lengths = self._validate_X(X)
         n_samples, n_tokens, d = X.shape

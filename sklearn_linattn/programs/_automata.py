@@ -56,6 +56,8 @@ def dfa_transition_program(n_states, alphabet_size):
     Parameters
     ----------
     n_states, alphabet_size : int
+        Number of states and of letters of the automata whose transition
+        tables the program reads.
 
     Returns
     -------
@@ -95,11 +97,21 @@ def run_dfa(transitions, words, *, start=0):
     words : array-like of int, shape (n, length)
         Letters; -1 marks the end of a shorter word (trailing only).
     start : int, default=0
+        State every automaton starts in.
 
     Returns
     -------
     states : ndarray of int, shape (n, length + 1)
         ``s^0 = start, s^1, ...``; -1 after each word's end.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.programs import run_dfa
+    >>> parity = np.array([[[0, 1], [1, 0]]] * 2)  # two copies: count the 1s, mod 2
+    >>> run_dfa(parity, np.array([[1, 1, 0], [1, -1, -1]]))  # words 110 and 1
+    array([[ 0,  1,  0,  0],
+           [ 0,  1, -1, -1]])
     """
     transitions, words, lengths = _check_dfa(transitions, words)
     n, L = words.shape
@@ -143,15 +155,26 @@ def _check_dfa(transitions, words):
     return transitions, words, lengths
 
 
-class DFAExecutor(CompiledProgram):
+class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
     """A universal DFA executor compiled into linear attention.
 
-    Built by :func:`dfa_executor_program`; see there for the construction.
+    Built by :func:`dfa_executor_program` (see there for the construction);
+    not constructed directly.  It has the attributes and methods of
+    :class:`CompiledProgram`, and runs automata given as arrays.
 
     Attributes
     ----------
     n_states, alphabet_size, max_word_length : int
         The bounds.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.programs import dfa_executor_program
+    >>> executor = dfa_executor_program(2, 2, 3)
+    >>> executor.n_states, executor.alphabet_size, executor.max_word_length
+    (2, 2, 3)
+    >>> executor.execute([[[0, 1], [1, 0]]], [[1, 0, 1]])  # parity of the word 101
+    array([[0, 1, 1, 0]])
     """
 
     def __init__(self, attributes, V, Q, *, head_names, n_states, alphabet_size,
@@ -189,6 +212,16 @@ class DFAExecutor(CompiledProgram):
         X : ndarray of shape (n, n_tokens, d)
             ``n_states * alphabet_size`` table tokens, the word's tokens, then
             the start token (state 0 at step 0); NaN-padded for shorter words.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import dfa_executor_program
+        >>> executor = dfa_executor_program(2, 2, 3)
+        >>> X = executor.prompts([[[0, 1], [1, 0]]], [[1, 0]])
+        >>> X.shape  # 4 table tokens, 2 letters, the start token
+        (1, 7, 35)
+        >>> executor.decode(X[0])[-2:]  # the last letter, the start token
+        [{'word_index': 1, 'letter_at': (0, 1)}, {'state_at': (0, 0)}]
         """
         return self._prompts(*self._check_bounds(transitions, words))
 
@@ -217,7 +250,10 @@ class DFAExecutor(CompiledProgram):
 
         Parameters
         ----------
-        transitions, words : see :meth:`prompts`
+        transitions : array-like of int, shape (n, n_states, alphabet_size)
+            The automata, as for :meth:`prompts`.
+        words : array-like of int, shape (n, length)
+            Their words, as for :meth:`prompts`.
         model : None or estimator with ``generate``, default=None
             None runs the compiled program; otherwise ``model.generate(prompts,
             n_steps, rounding=self.round)`` (e.g. a fitted
@@ -228,6 +264,16 @@ class DFAExecutor(CompiledProgram):
         sequences : ndarray of shape (n, n_tokens, d)
             Each prompt and its ``2 * len(word)`` history tokens (a letter
             token, then a state token, per letter), NaN-padded.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import dfa_executor_program
+        >>> executor = dfa_executor_program(2, 2, 3)
+        >>> out = executor.histories([[[0, 1], [1, 0]]], [[1, 0]])
+        >>> out.shape  # 7 prompt tokens, then 2 per letter
+        (1, 11, 35)
+        >>> executor.decode(out[0])[-2:]  # the last step: (state, letter, step), new state
+        [{'transition': (1, 0, 1)}, {'state_at': (1, 2)}]
         """
         return self._histories(*self._check_bounds(transitions, words), model)
 
@@ -247,7 +293,13 @@ class DFAExecutor(CompiledProgram):
 
         Parameters
         ----------
-        transitions, words, model : see :meth:`histories`
+        transitions : array-like of int, shape (n, n_states, alphabet_size)
+            The automata, as for :meth:`prompts`.
+        words : array-like of int, shape (n, length)
+            Their words, as for :meth:`prompts`.
+        model : None or estimator with ``generate``, default=None
+            What generates the histories, as for :meth:`histories` (None: the
+            compiled program).
 
         Returns
         -------
@@ -255,6 +307,16 @@ class DFAExecutor(CompiledProgram):
             Like :func:`run_dfa`: -1 after each word's end, and -1 where a
             model's state token is not a clean one-hot of a (state, step) pair
             with the right step.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.programs import dfa_executor_program
+        >>> executor = dfa_executor_program(2, 2, 3)
+        >>> parity = np.array([[[0, 1], [1, 0]]] * 2)  # two copies: count the 1s, mod 2
+        >>> executor.execute(parity, np.array([[1, 1, 0], [1, -1, -1]]))  # words 110 and 1
+        array([[ 0,  1,  0,  0],
+               [ 0,  1, -1, -1]])
         """
         transitions, words, lengths = self._check_bounds(transitions, words)
         out = self._histories(transitions, words, lengths, model)

@@ -133,6 +133,13 @@ class Program:
         Returns
         -------
         self : Program
+            The program, with the attribute added (for chaining).
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import Program
+        >>> Program().attribute("colour", ["red", "green"]).attribute("size", range(3))
+        Program(max_length=None, attributes=['colour', 'size'], lookups=[])
         """
         if not isinstance(name, str):
             raise TypeError(f"attribute name must be a str; got {type(name).__name__}.")
@@ -189,6 +196,20 @@ class Program:
         Returns
         -------
         self : Program
+            The program, with the head added (for chaining).
+
+        Examples
+        --------
+        The last token asks for the age of the other name:
+
+        >>> from sklearn_linattn.programs import Program
+        >>> other = (Program().attribute("name", "ab").attribute("age", range(3))
+        ...          .lookup(query="name", key="name", value="age", dest="age",
+        ...                  match={"a": "b", "b": "a"})
+        ...          .compile())
+        >>> prompt = [{"name": "a", "age": 2}, {"name": "b", "age": 0}, {"name": "a"}]
+        >>> other.decode(other.run([prompt], 1)[0])[-1]
+        {'age': 0}
         """
         for attr, role in ((query, "query"), (key, "key"), (value, "value"), (dest, "dest")):
             self._check_attribute(attr, f"lookup {role}")
@@ -221,10 +242,22 @@ class Program:
             Map applied to the copied value, as in :meth:`lookup` (None:
             identity).  ``offset=-1`` with a map transforms the last token.
         name : str or None, default=None
+            Head name (default ``"copy <dest> <- <attribute>[<offset>]"``).
 
         Returns
         -------
         self : Program
+            The program, with the head added (for chaining).
+
+        Examples
+        --------
+        Copy the last bit, flipped:
+
+        >>> from sklearn_linattn.programs import Program
+        >>> flip = (Program(max_length=4).attribute("bit", [0, 1])
+        ...         .copy("bit", write={0: 1, 1: 0}).compile())
+        >>> [t["bit"] for t in flip.decode(flip.run([[{"bit": 0}]], 3)[0])]
+        [0, 1, 0, 1]
         """
         self._need_positions("copy")
         offset = check_scalar(offset, "offset", integer=True, high=-1)
@@ -255,16 +288,29 @@ class Program:
         Parameters
         ----------
         attribute : str
+            Attribute of the last token that the table reads.
         table : mapping
             Value of ``attribute`` -> value of ``dest``; values not in the
             table write nothing.
         dest : str or None, default=None
             Destination attribute (default: ``attribute``).
         name : str or None, default=None
+            Head name (default ``"if_then <dest> <- <attribute>"``).
 
         Returns
         -------
         self : Program
+            The program, with the head added (for chaining).
+
+        Examples
+        --------
+        A counter modulo 3:
+
+        >>> from sklearn_linattn.programs import Program
+        >>> counter = (Program(max_length=5).attribute("state", range(3))
+        ...            .if_then("state", {0: 1, 1: 2, 2: 0}).compile())
+        >>> [t["state"] for t in counter.decode(counter.run([[{"state": 0}]], 4)[0])]
+        [0, 1, 2, 0, 1]
         """
         self._need_positions("if_then")
         if not isinstance(table, Mapping):
@@ -281,6 +327,8 @@ class Program:
         Returns
         -------
         program : CompiledProgram
+            The weights (one head per primitive, after the position head when
+            there are positions) and the token encoding.
 
         Raises
         ------
@@ -288,6 +336,15 @@ class Program:
             No lookup; a ``match`` or ``write`` table producing a value outside
             the target attribute's alphabet; a head that never matches or
             never writes.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import Program
+        >>> program = (Program().attribute("key", range(2)).attribute("value", range(2))
+        ...            .lookup(query="key", key="key", value="value", dest="value"))
+        >>> compiled = program.compile()
+        >>> compiled.d, compiled.n_heads, compiled.head_names
+        (4, 1, ['lookup value <- value by key'])
         """
         if not self._lookups:
             raise ValueError("the program has no lookup: add at least one before compile().")
@@ -331,11 +388,11 @@ class Program:
                                max_length=self.max_length)
 
 
-class CompiledProgram:
+class CompiledProgram:  # numpydoc ignore=PR01
     """Value and key-query matrices of a lookup program, with its token encoding.
 
     Built by :meth:`Program.compile` or the program functions of
-    :mod:`sklearn_linattn.programs`.
+    :mod:`sklearn_linattn.programs`; not constructed directly.
 
     Attributes
     ----------
@@ -354,6 +411,15 @@ class CompiledProgram:
         Attribute name -> slice of the token vector holding its one-hot block.
     max_length : int or None
         Number of positions, or None without positional encodings.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.programs import associative_memory_program
+    >>> memory = associative_memory_program(2)
+    >>> memory
+    CompiledProgram(d=4, n_heads=1, attributes=['key', 'value'], max_length=None)
+    >>> memory.layout, memory.V.shape, memory.head_names
+    ({'key': slice(0, 2, None), 'value': slice(2, 4, None)}, (1, 4, 4), ['retrieve'])
     """
 
     def __init__(self, attributes, V, Q, *, head_names, max_length=None):
@@ -399,6 +465,14 @@ class CompiledProgram:
         -------
         X : ndarray of shape (n_tokens, d), or (n_sequences, max_tokens, d)
             A batch is NaN-padded at the end (the package's padding rule).
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
+        >>> memory.encode([{"key": 1, "value": 0}, {"key": 0}])
+        array([[0., 1., 1., 0.],
+               [1., 0., 0., 0.]])
         """
         if isinstance(tokens, Mapping) or not len(tokens):
             raise ValueError(
@@ -447,6 +521,19 @@ class CompiledProgram:
         Returns
         -------
         X : ndarray of shape (n_sequences, n_tokens, d)
+            The tokens, as :meth:`encode` makes them; sequence i is NaN from
+            token ``lengths[i]`` on.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)
+        >>> memory.encode_indices({"key": [[1, 0], [0, 1]]}, lengths=[2, 1])
+        array([[[ 0.,  1.,  0.,  0.],
+                [ 1.,  0.,  0.,  0.]],
+        <BLANKLINE>
+               [[ 1.,  0.,  0.,  0.],
+                [nan, nan, nan, nan]]])
         """
         shapes = set()
         arrays = {}
@@ -509,11 +596,21 @@ class CompiledProgram:
         Parameters
         ----------
         Y : array-like of shape (..., d)
+            Raw outputs, e.g. of :meth:`forward` or of a learned model.
 
         Returns
         -------
         tokens : ndarray of shape (..., d)
-            NaN where the output has a NaN (e.g. padding).
+            Each block one-hot or zero; NaN where the output has a NaN (e.g.
+            padding).
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
+        >>> memory.round([[0.9, 0.2, 0.4, 0.6], [0.3, 0.1, 0.4, 0.45]])
+        array([[1., 0., 0., 1.],
+               [0., 0., 0., 0.]])
         """
         Y = np.asarray(Y, dtype=np.float64)
         if Y.shape[-1] != self.d:
@@ -545,6 +642,13 @@ class CompiledProgram:
         tokens : list of dict, or list of lists of dict
             Absent attributes (zero blocks) are left out, and so are
             positions.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)
+        >>> memory.decode(memory.encode([{"key": 1, "value": 0}, {"key": 0}]))
+        [{'key': 1, 'value': 0}, {'key': 0}]
         """
         X = np.asarray(X, dtype=np.float64)
         if X.ndim not in (2, 3) or X.shape[-1] != self.d:
@@ -583,11 +687,22 @@ class CompiledProgram:
         Parameters
         ----------
         X : array-like of shape (..., d)
+            Token vectors, of any values (NaN padding included).
         attribute : str
+            The attribute to read.
 
         Returns
         -------
         index : ndarray of int, shape X.shape[:-1]
+            Index of the attribute's value in its alphabet, or -1 where the
+            block is not exactly one-hot.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
+        >>> memory.values([[0, 1, 1, 0], [1, 0, 0, 0], [1, 0, 0.9, 0]], "value")
+        array([ 0, -1, -1])
         """
         if attribute not in self.layout:
             raise ValueError(f"unknown attribute {attribute!r}; the program's attributes: "
@@ -598,7 +713,18 @@ class CompiledProgram:
 
     @property
     def weights(self):
-        """``(V, Q)``, for :func:`~sklearn_linattn.mhla_forward` and friends."""
+        """``(V, Q)``, for :func:`~sklearn_linattn.mhla_forward` and friends.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import mhla_forward
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)
+        >>> X = memory.encode([[{"key": 0, "value": 1}, {"key": 0}]])
+        >>> bool(np.array_equal(mhla_forward(X, *memory.weights), memory.forward(X)))
+        True
+        """
         return self.V, self.Q
 
     def forward(self, X):
@@ -607,10 +733,20 @@ class CompiledProgram:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Encoded sequences; trailing all-NaN tokens are padding.
 
         Returns
         -------
         Y : ndarray of shape (n_samples, d)
+            The output at the last token of each sequence, not rounded (see
+            :meth:`round`).
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
+        >>> memory.forward(memory.encode([[{"key": 0, "value": 1}, {"key": 0}]]))
+        array([[0., 0., 0., 1.]])
         """
         return mhla_forward(X, self.V, self.Q)
 
@@ -633,6 +769,14 @@ class CompiledProgram:
         ------
         ValueError
             With positions, when a sequence would grow beyond ``max_length``.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.programs import associative_memory_program
+        >>> memory = associative_memory_program(2)
+        >>> out = memory.run([[{"key": 0, "value": 1}, {"key": 0}]], 1)
+        >>> out.shape, memory.decode(out[0])
+        ((1, 3, 4), [{'key': 0, 'value': 1}, {'key': 0}, {'value': 1}])
         """
         if _is_tokens(prompts):
             prompts = self.encode(prompts)

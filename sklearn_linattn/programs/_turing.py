@@ -61,6 +61,8 @@ def run_turing_machine(next_state, write, move, tapes, n_steps):
     tapes : array-like of int, shape (n, tape_length)
         Initial tape contents.
     n_steps : int
+        Number of steps every machine runs (a halted machine repeats its
+        configuration).
 
     Returns
     -------
@@ -68,6 +70,16 @@ def run_turing_machine(next_state, write, move, tapes, n_steps):
         State and head position before each step, and after the last.
     tapes : ndarray of int, shape (n, n_steps + 1, tape_length)
         Tape contents at the same times.
+
+    Examples
+    --------
+    A machine with one state that writes 1 and moves right, on a tape of three 0s:
+
+    >>> from sklearn_linattn.programs import run_turing_machine
+    >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
+    >>> states, heads, tapes = run_turing_machine(**rules, tapes=[[0, 0, 0]], n_steps=3)
+    >>> heads[0], tapes[0, -1]  # the head stays put at the end of the tape
+    (array([0, 1, 2, 2]), array([1, 1, 1]))
     """
     next_state, write, move, tape = _check_machines(next_state, write, move, tapes)
     n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
@@ -89,15 +101,24 @@ def run_turing_machine(next_state, write, move, tapes, n_steps):
     return states, heads, history
 
 
-class TuringMachineSimulator(CompiledProgram):
+class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
     """A bounded Turing-machine simulator compiled into linear attention.
 
-    Built by :func:`turing_machine_program`; see there for the construction.
+    Built by :func:`turing_machine_program` (see there for the construction);
+    not constructed directly.  It has the attributes and methods of
+    :class:`CompiledProgram`, and runs machines given as arrays.
 
     Attributes
     ----------
     n_states, n_symbols, tape_length, max_steps : int
         The bounds.
+
+    Examples
+    --------
+    >>> from sklearn_linattn.programs import turing_machine_program
+    >>> tm = turing_machine_program(2, 3, tape_length=5, max_steps=6)
+    >>> tm.n_states, tm.n_symbols, tm.tape_length, tm.max_steps, tm.max_length
+    (2, 3, 5, 6, 30)
     """
 
     def __init__(self, attributes, V, Q, *, head_names, max_length, n_states, n_symbols,
@@ -124,11 +145,29 @@ class TuringMachineSimulator(CompiledProgram):
 
         Parameters
         ----------
-        next_state, write, move, tapes : see :func:`run_turing_machine`
+        next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
+            The machines' rules, as for :func:`run_turing_machine`; at most
+            the simulator's ``n_states`` states and ``n_symbols`` symbols.
+        tapes : array-like of int, shape (n, tape_length)
+            Initial tape contents, exactly ``tape_length`` cells.
 
         Returns
         -------
         X : ndarray of shape (n, n_rules + tape_length + 1, d)
+            One token per rule (``n_rules = n_states * n_symbols`` of the
+            machines given), one per tape cell, then the start token (state
+            0, head on cell 0).
+
+        Examples
+        --------
+        A machine with one state that writes 1 and moves right:
+
+        >>> from sklearn_linattn.programs import turing_machine_program
+        >>> tm = turing_machine_program(1, 2, tape_length=3, max_steps=3)
+        >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
+        >>> X = tm.prompts(**rules, tapes=[[0, 0, 0]])
+        >>> X.shape, tm.decode(X[0])[-2:]  # 2 rules, 3 cells, the start token
+        ((1, 6, 56), [{'cell': 2, 'plus': (2, 0)}, {'state': (0, 0)}])
         """
         next_state, write, move, tapes = self._check(next_state, write, move, tapes)
         n, S, G = next_state.shape
@@ -151,15 +190,33 @@ class TuringMachineSimulator(CompiledProgram):
 
         Parameters
         ----------
-        next_state, write, move, tapes : see :func:`run_turing_machine`
+        next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
+            The machines' rules, as for :meth:`prompts`.
+        tapes : array-like of int, shape (n, tape_length)
+            Initial tape contents, as for :meth:`prompts`.
         n_steps : int
-            At most ``max_steps``.
+            Steps to simulate, at most ``max_steps``.
         model : None or estimator with ``generate``, default=None
-            None runs the compiled program.
+            None runs the compiled program; otherwise ``model.generate(prompts,
+            3 * n_steps, rounding=self.round)`` (e.g. a fitted
+            :class:`~sklearn_linattn.LinearAttentionRegressor`).
 
         Returns
         -------
         sequences : ndarray of shape (n, n_prompt + 3 * n_steps, d)
+            Each prompt (:meth:`prompts`) followed by a read token, a write
+            token and a state token per step.
+
+        Examples
+        --------
+        A machine with one state that writes 1 and moves right:
+
+        >>> from sklearn_linattn.programs import turing_machine_program
+        >>> tm = turing_machine_program(1, 2, tape_length=3, max_steps=3)
+        >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
+        >>> out = tm.histories(**rules, tapes=[[0, 0, 0]], n_steps=1)
+        >>> tm.decode(out[0])[-1]  # after one step: state 0, head on cell 1
+        {'state': (0, 1)}
         """
         X = self.prompts(next_state, write, move, tapes)
         n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0, high=self.max_steps)
@@ -170,7 +227,15 @@ class TuringMachineSimulator(CompiledProgram):
 
         Parameters
         ----------
-        next_state, write, move, tapes, n_steps, model : see :meth:`histories`
+        next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
+            The machines' rules, as for :meth:`prompts`.
+        tapes : array-like of int, shape (n, tape_length)
+            Initial tape contents, as for :meth:`prompts`.
+        n_steps : int
+            Steps to simulate, at most ``max_steps``.
+        model : None or estimator with ``generate``, default=None
+            What generates the histories, as for :meth:`histories` (None: the
+            compiled program).
 
         Returns
         -------
@@ -181,6 +246,17 @@ class TuringMachineSimulator(CompiledProgram):
             The tape replayed from the generated write tokens (initial tape,
             then each step's written symbol at its cell); -1 where a write
             token is not clean.
+
+        Examples
+        --------
+        A machine with one state that writes 1 and moves right:
+
+        >>> from sklearn_linattn.programs import turing_machine_program
+        >>> tm = turing_machine_program(1, 2, tape_length=3, max_steps=3)
+        >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
+        >>> states, heads, tapes = tm.execute(**rules, tapes=[[0, 0, 0]], n_steps=3)
+        >>> heads[0], tapes[0, -1]  # as run_turing_machine
+        (array([0, 1, 2, 2]), array([1, 1, 1]))
         """
         out = self.histories(next_state, write, move, tapes, n_steps, model=model)
         n = out.shape[0]
