@@ -77,16 +77,11 @@ NUMPYDOC_CHECKS = {
 }
 # Every public name is validated (those of api.rst and the members of its
 # classes), except the names matched below.
-NUMPYDOC_VALIDATE_ALL = True
-
 numpydoc_validation_checks = NUMPYDOC_CHECKS
 numpydoc_validation_exclude = {
     # Methods inherited from scikit-learn document scikit-learn.
     r"\.(get_params|set_params|fit_transform)$",
     r"\.(set_\w+_request|set_output|get_metadata_routing)$",
-    # TEMPORARY: _certificate.py is being rewritten in another branch; its
-    # names (and their members) are validated again once it is merged.
-    r"sklearn_linattn\.(IdentifiabilityCertificate|Witness|certify_identifiability)",
 }
 
 # -- Intersphinx, offline ---------------------------------------------------------

@@ -36,10 +36,6 @@ def certify_identifiability(
     token_dim : int or None, default=None
         Token dimension for 2-D X (each row is ``n_columns // token_dim``
         tokens); None reads 2-D X as univariate sequences.
-    data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X: (n_samples, n_tokens, d), or (n_samples, d, n_tokens) as
-        aeon and sktime store multivariate series.  The certificate's
-        ``covers``, ``error_bound`` and ``witness`` use the same layout.
     tol : float or None, default=None
         Threshold on the eigenvalues of the standardized ``Lambda_D`` (same
         units as ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.
@@ -58,6 +54,10 @@ def certify_identifiability(
         feature rows: the full spectrum when the smaller of their Gram matrix
         and the row kernel fits in memory, else as ``"cg"`` (an inactive
         column as null vector).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X: (n_samples, n_tokens, d), or (n_samples, d, n_tokens) as
+        aeon and sktime store multivariate series.  The certificate's
+        ``covers``, ``error_bound`` and ``witness`` use the same layout.
 
     Returns
     -------

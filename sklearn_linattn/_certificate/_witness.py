@@ -16,10 +16,11 @@ _WITNESS_CANDIDATES = 16
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Witness:
+class Witness:  # numpydoc ignore=PR01
     """Two attention models that a failed certificate cannot tell apart.
 
-    Returned by :meth:`~sklearn_linattn.IdentifiabilityCertificate.witness`.
+    Returned by :meth:`~sklearn_linattn.IdentifiabilityCertificate.witness`,
+    not constructed directly.
     Both models give the same outputs on every training input (to rounding:
     their coefficient difference lies in the numerical null space of the
     training features), and clearly different outputs at the last position
