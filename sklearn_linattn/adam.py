@@ -38,7 +38,7 @@ from ._validation import (
     check_token_dim,
     validate_random_state,
 )
-from .estimators import AttentionHeadsRegressorMixin
+from ._base import AttentionHeadsRegressorMixin
 
 __all__ = [
     "AdamLinearAttentionRegressor",
