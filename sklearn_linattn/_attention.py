@@ -17,8 +17,8 @@ from ._standardize import SAFE_EXPONENT, max_exponent, scale_per_sample
 from ._validation import (
     check_heads,
     check_lengths,
+    check_number,
     check_readout,
-    check_scalar,
     check_sequences,
 )
 
@@ -297,7 +297,7 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
             "mhla_generate appends each output to its sequence, so V must have shape "
             f"(n_heads, d, d) with d_out = d = {d}; got V of shape {V.shape}."
         )
-    n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
+    n_steps = check_number(n_steps, "n_steps", integer=True, low=0)
     if lengths is None:
         X, lengths = check_sequences(X, n_features_in=d)
     else:
@@ -448,8 +448,8 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0):
     >>> same_function(V, Q, 2 * V, Q / 2)
     True
     """
-    rtol = check_scalar(rtol, "rtol", low=0.0)
-    atol = check_scalar(atol, "atol", low=0.0)
+    rtol = check_number(rtol, "rtol", low=0.0)
+    atol = check_number(atol, "atol", low=0.0)
     pa = attention_coefficients(V_a, Q_a)
     pb = attention_coefficients(V_b, Q_b)
     if pa.shape != pb.shape:

@@ -44,8 +44,8 @@ from ._solvers import SufficientStatistics
 from ._standardize import StandardizerAccumulator, TokenStandardizer
 from ._validation import (
     check_data_format,
+    check_number,
     check_readout,
-    check_scalar,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -332,7 +332,7 @@ def _merge_standardizers(*parts):
 def _check_split_every(split_every):
     if split_every is None:
         return _DEFAULT_SPLIT_EVERY
-    return check_scalar(split_every, "split_every", integer=True, low=2, allow_none=True)
+    return check_number(split_every, "split_every", integer=True, low=2, allow_none=True)
 
 
 def _reduction(

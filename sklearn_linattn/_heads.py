@@ -18,14 +18,14 @@ from ._attention import attention_coefficients
 from ._features import n_attention_features, pair_indices, unfold_coefficients
 from ._memory import n_pairs, single_blas_thread
 from ._standardize import max_exponent
-from ._validation import as_real_array, check_scalar, validate_random_state
+from ._validation import as_real_array, check_number, validate_random_state
 
 __all__ = ["CompressionJudge", "compress_heads", "heads_from_coefficients"]
 
 def _check_coef(coef, d):
     """Validated float64 coefficients of shape (d_out, psi) and the int d."""
     coef = as_real_array(coef, "coef", finite=True)
-    d = check_scalar(d, "d", integer=True, low=1)
+    d = check_number(d, "d", integer=True, low=1)
     if coef.ndim != 2 or coef.shape[0] == 0:
         raise ValueError(
             "coef must be a 2-D array of shape (d_out, psi) with d_out >= 1 and "
@@ -92,7 +92,7 @@ def heads_from_coefficients(coef, d, *, rtol=None):
     True
     """
     coef, d = _check_coef(coef, d)
-    rtol = check_scalar(rtol, "rtol", low=0.0, allow_none=True)
+    rtol = check_number(rtol, "rtol", low=0.0, allow_none=True)
     d_out = coef.shape[0]
     M = _coefficient_matrix(coef, d)
     if rtol is None:
@@ -335,7 +335,7 @@ def _check_n_init(n_init):
         if n_init != "auto":
             raise ValueError(f"n_init must be 'auto' or a positive integer; got {n_init!r}.")
         return n_init
-    return check_scalar(n_init, "n_init", integer=True, low=1)
+    return check_number(n_init, "n_init", integer=True, low=1)
 
 
 def _auto_n_init(d_out, d, n_heads, max_iter):
@@ -481,9 +481,9 @@ def compress_heads(
     True
     """
     coef, d = _check_coef(coef, d)
-    n_heads = check_scalar(n_heads, "n_heads", integer=True, low=1)
-    tol = check_scalar(tol, "tol", low=0.0)
-    max_iter = check_scalar(max_iter, "max_iter", integer=True, low=1)
+    n_heads = check_number(n_heads, "n_heads", integer=True, low=1)
+    tol = check_number(tol, "tol", low=0.0)
+    max_iter = check_number(max_iter, "max_iter", integer=True, low=1)
     n_init = _check_n_init(n_init)
     if not isinstance(warn, (bool, np.bool_)):
         raise TypeError(f"warn must be True or False; got {warn!r} of type {type(warn).__name__}.")

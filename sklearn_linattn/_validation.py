@@ -659,7 +659,7 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
     return Y, single
 
 
-def check_scalar(
+def check_number(
     value,
     name,
     *,
@@ -700,10 +700,10 @@ def check_scalar(
 
     Examples
     --------
-    >>> from sklearn_linattn._validation import check_scalar
-    >>> check_scalar(3, "n_heads", integer=True, low=1)
+    >>> from sklearn_linattn._validation import check_number
+    >>> check_number(3, "n_heads", integer=True, low=1)
     3
-    >>> check_scalar(1.5, "beta_1", low=0, high=1, high_open=True)
+    >>> check_number(1.5, "beta_1", low=0, high=1, high_open=True)
     Traceback (most recent call last):
         ...
     ValueError: beta_1 must be a real number in [0, 1); got 1.5.

@@ -31,8 +31,8 @@ from ._memory import iter_sample_chunks, real_tokens
 from ._validation import (
     check_data_format,
     check_heads,
+    check_number,
     check_readout,
-    check_scalar,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -455,26 +455,26 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.verbose = verbose
 
     def _check_params(self):
-        check_scalar(self.n_heads, "n_heads", integer=True, low=1)
+        check_number(self.n_heads, "n_heads", integer=True, low=1)
         check_readout(self.readout)
-        check_scalar(self.learning_rate, "learning_rate", low=0, low_open=True)
-        check_scalar(self.batch_size, "batch_size", integer=True, low=1)
-        check_scalar(self.max_epochs, "max_epochs", integer=True, low=1)
-        check_scalar(self.warmup_fraction, "warmup_fraction", low=0, high=1)
-        check_scalar(self.weight_decay, "weight_decay", low=0)
-        check_scalar(self.beta_1, "beta_1", low=0, high=1, high_open=True)
-        check_scalar(self.beta_2, "beta_2", low=0, high=1, high_open=True)
-        check_scalar(self.epsilon, "epsilon", low=0, low_open=True)
-        check_scalar(self.init_scale, "init_scale", low=0, low_open=True, allow_none=True)
-        check_scalar(
+        check_number(self.learning_rate, "learning_rate", low=0, low_open=True)
+        check_number(self.batch_size, "batch_size", integer=True, low=1)
+        check_number(self.max_epochs, "max_epochs", integer=True, low=1)
+        check_number(self.warmup_fraction, "warmup_fraction", low=0, high=1)
+        check_number(self.weight_decay, "weight_decay", low=0)
+        check_number(self.beta_1, "beta_1", low=0, high=1, high_open=True)
+        check_number(self.beta_2, "beta_2", low=0, high=1, high_open=True)
+        check_number(self.epsilon, "epsilon", low=0, low_open=True)
+        check_number(self.init_scale, "init_scale", low=0, low_open=True, allow_none=True)
+        check_number(
             self.validation_fraction, "validation_fraction", low=0, high=1, high_open=True
         )
-        check_scalar(self.tol, "tol", low=0, low_open=True, allow_none=True)
+        check_number(self.tol, "tol", low=0, low_open=True, allow_none=True)
         check_token_dim(self.token_dim)
         check_data_format(self.data_format)
         validate_random_state(self.random_state)
         if not isinstance(self.verbose, (bool, np.bool_)):
-            check_scalar(self.verbose, "verbose", integer=True, low=0)
+            check_number(self.verbose, "verbose", integer=True, low=0)
 
     def _split(self, n_samples, rng):
         """Indices of the training and validation sequences."""

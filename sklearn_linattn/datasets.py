@@ -26,7 +26,7 @@ import numpy as np
 
 from ._attention import mhla_forward
 from ._memory import default_memory_budget, real_tokens
-from ._validation import check_readout, check_scalar, validate_random_state
+from ._validation import check_number, check_readout, validate_random_state
 from .programs import run_dfa
 
 __all__ = [
@@ -228,16 +228,16 @@ def make_random_mhla(
     >>> y.shape
     (4,)
     """
-    n_samples = check_scalar(n_samples, "n_samples", integer=True, low=1)
-    n_tokens = check_scalar(n_tokens, "n_tokens", integer=True, low=1)
-    d = check_scalar(d, "d", integer=True, low=1)
-    n_heads = check_scalar(n_heads, "n_heads", integer=True, low=1)
-    d_out = check_scalar(d_out, "d_out", integer=True, low=1)
+    n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
+    n_tokens = check_number(n_tokens, "n_tokens", integer=True, low=1)
+    d = check_number(d, "d", integer=True, low=1)
+    n_heads = check_number(n_heads, "n_heads", integer=True, low=1)
+    d_out = check_number(d_out, "d_out", integer=True, low=1)
     check_readout(readout)
-    noise = check_scalar(noise, "noise", low=0.0)
+    noise = check_number(noise, "noise", low=0.0)
     bounds = _check_variable_length(variable_length, n_tokens)
-    weight_scale = check_scalar(weight_scale, "weight_scale", low=0.0, low_open=True, allow_none=True)
-    token_scale = check_scalar(token_scale, "token_scale", low=0.0, low_open=True, allow_none=True)
+    weight_scale = check_number(weight_scale, "weight_scale", low=0.0, low_open=True, allow_none=True)
+    token_scale = check_number(token_scale, "token_scale", low=0.0, low_open=True, allow_none=True)
     return_params = _check_bool(return_params, "return_params")
     rng = validate_random_state(random_state)
     rows = n_tokens if readout == "all" else 1
@@ -381,10 +381,10 @@ def make_associative_memory(
     >>> bool(np.allclose(y[:, 3:], retrieved + zeta)), bool(np.all(y[:, :3] == 0))
     (True, True)
     """
-    n_samples = check_scalar(n_samples, "n_samples", integer=True, low=1)
-    d = check_scalar(d, "d", integer=True, low=1)
+    n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
+    d = check_number(d, "d", integer=True, low=1)
     _check_option(distribution, "distribution", ("gaussian", "orthonormal", "mixture"))
-    p_orthonormal = check_scalar(p_orthonormal, "p_orthonormal", low=0.0, high=1.0)
+    p_orthonormal = check_number(p_orthonormal, "p_orthonormal", low=0.0, high=1.0)
     _check_option(targets, "targets", ("token", "value"))
     return_params = _check_bool(return_params, "return_params")
     rng = validate_random_state(random_state)
@@ -463,8 +463,8 @@ def dfa_vocabulary(n_states, alphabet_size):
     >>> dfa_vocabulary(2, 3)
     ['q0', 'q1', 'a0', 'a1', 'a2', '(', ')', '|']
     """
-    n_states = check_scalar(n_states, "n_states", integer=True, low=1)
-    alphabet_size = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
+    n_states = check_number(n_states, "n_states", integer=True, low=1)
+    alphabet_size = check_number(alphabet_size, "alphabet_size", integer=True, low=1)
     return (
         [f"q{s}" for s in range(n_states)]
         + [f"a{w}" for w in range(alphabet_size)]
@@ -584,10 +584,10 @@ def make_dfa_execution(
     >>> bool(np.array_equal(y[:, :-1], X[:, 1:]))
     True
     """
-    n_samples = check_scalar(n_samples, "n_samples", integer=True, low=1)
-    n_states = check_scalar(n_states, "n_states", integer=True, low=1)
-    alphabet_size = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
-    word_length = check_scalar(word_length, "word_length", integer=True, low=1)
+    n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
+    n_states = check_number(n_states, "n_states", integer=True, low=1)
+    alphabet_size = check_number(alphabet_size, "alphabet_size", integer=True, low=1)
+    word_length = check_number(word_length, "word_length", integer=True, low=1)
     _check_option(targets, "targets", ("all", "history"))
     return_params = _check_bool(return_params, "return_params")
     rng = validate_random_state(random_state)

@@ -38,8 +38,8 @@ from ._standardize import (
 )
 from ._validation import (
     check_data_format,
+    check_number,
     check_readout,
-    check_scalar,
     check_sequences,
     check_token_dim,
     validate_random_state,
@@ -423,12 +423,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         check_token_dim(self.token_dim)
         check_data_format(self.data_format)
         validate_random_state(self.random_state)
-        check_scalar(self.alpha, "alpha", low=0.0)
-        check_scalar(self.n_heads, "n_heads", integer=True, low=1, allow_none=True)
+        check_number(self.alpha, "alpha", low=0.0)
+        check_number(self.n_heads, "n_heads", integer=True, low=1, allow_none=True)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
-        check_scalar(self.tol, "tol", low=0.0, low_open=True)
-        check_scalar(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
+        check_number(self.tol, "tol", low=0.0, low_open=True)
+        check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
 
     def _log(self, message, start):
         if self.verbose:

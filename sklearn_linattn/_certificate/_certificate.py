@@ -13,7 +13,7 @@ import scipy.sparse
 from .._features import attention_features, prefix_features, sparse_feature_rows
 from .._memory import iter_sample_chunks
 from .._standardize import TokenStandardizer, scale_per_sample
-from .._validation import check_scalar, check_sequences
+from .._validation import check_number, check_sequences
 from ._rowspace import row_space_from_solution
 from ._witness import make_witness
 
@@ -29,7 +29,7 @@ _SPARSE_MIN_PSI = 1000
 
 
 def _check_epsilon(epsilon):
-    return check_scalar(epsilon, "epsilon", low=0.0)
+    return check_number(epsilon, "epsilon", low=0.0)
 
 
 class _Layout(NamedTuple):

@@ -3,9 +3,9 @@
 from .._solvers import REGISTRY, SOLVERS, solve_arrays, solve_statistics
 from .._validation import (
     check_data_format,
+    check_number,
     check_readout,
     check_sample_weight,
-    check_scalar,
     check_sequences,
     check_token_dim,
 )
@@ -15,7 +15,7 @@ __all__ = ["certify_identifiability"]
 
 
 def _check_tol(tol):
-    return check_scalar(tol, "tol", low=0.0, allow_none=True)
+    return check_number(tol, "tol", low=0.0, allow_none=True)
 
 
 def certify_identifiability(

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 
 from .._memory import real_tokens
-from .._validation import check_scalar
+from .._validation import check_number
 from ._compiler import CompiledProgram, Program, _rule_table_codes
 
 
@@ -38,7 +38,7 @@ def associative_memory_program(d):
     >>> memory.decode(memory.run([prompt], 1)[0])[-1]
     {'value': 1}
     """
-    d = check_scalar(d, "d", integer=True, low=1)
+    d = check_number(d, "d", integer=True, low=1)
     return (Program()
             .attribute("key", range(d))
             .attribute("value", range(d))
@@ -73,8 +73,8 @@ def dfa_transition_program(n_states, alphabet_size):
     >>> step.decode(step.run([prompt + [{"current": (0, 0)}]], 1)[0])[-1]
     {'next_state': 1}
     """
-    n_states = check_scalar(n_states, "n_states", integer=True, low=1)
-    alphabet_size = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
+    n_states = check_number(n_states, "n_states", integer=True, low=1)
+    alphabet_size = check_number(alphabet_size, "alphabet_size", integer=True, low=1)
     pairs = list(itertools.product(range(n_states), range(alphabet_size)))
     return (Program()
             .attribute("table_key", pairs)
@@ -388,9 +388,9 @@ def dfa_executor_program(n_states, alphabet_size, max_word_length):
     >>> bool(np.array_equal(executor.execute(parity, words), run_dfa(parity, words)))
     True
     """
-    S = check_scalar(n_states, "n_states", integer=True, low=1)
-    A = check_scalar(alphabet_size, "alphabet_size", integer=True, low=1)
-    L = check_scalar(max_word_length, "max_word_length", integer=True, low=1)
+    S = check_number(n_states, "n_states", integer=True, low=1)
+    A = check_number(alphabet_size, "alphabet_size", integer=True, low=1)
+    L = check_number(max_word_length, "max_word_length", integer=True, low=1)
     program = (Program()
                .attribute("table_key", itertools.product(range(S), range(A)))
                .attribute("table_next", range(S))

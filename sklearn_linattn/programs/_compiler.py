@@ -5,7 +5,7 @@ from collections.abc import Hashable, Mapping
 import numpy as np
 
 from .._attention import mhla_forward, mhla_generate
-from .._validation import check_scalar, check_sequences
+from .._validation import check_number, check_sequences
 
 #: Name of the positional attribute of programs built with ``max_length``.
 POSITION = "position"
@@ -87,7 +87,7 @@ class Program:
     """
 
     def __init__(self, *, max_length=None):
-        self.max_length = check_scalar(max_length, "max_length", integer=True, low=1,
+        self.max_length = check_number(max_length, "max_length", integer=True, low=1,
                                        allow_none=True)
         self._attributes = {}
         self._lookups = []
@@ -215,7 +215,7 @@ class Program:
             self._check_attribute(attr, f"lookup {role}")
         match = _as_map(match, "match")
         write = _as_map(write, "write")
-        scale = check_scalar(scale, "scale")
+        scale = check_number(scale, "scale")
         if scale == 0:
             raise ValueError("scale must be non-zero; got 0.")
         self._lookups.append(dict(
@@ -260,7 +260,7 @@ class Program:
         [0, 1, 0, 1]
         """
         self._need_positions("copy")
-        offset = check_scalar(offset, "offset", integer=True, high=-1)
+        offset = check_number(offset, "offset", integer=True, high=-1)
         dest = attribute if dest is None else dest
         self._check_attribute(attribute, "copy")
         self._check_attribute(dest, "copy dest")
@@ -781,7 +781,7 @@ class CompiledProgram:  # numpydoc ignore=PR01
         if _is_tokens(prompts):
             prompts = self.encode(prompts)
         X, lengths = check_sequences(prompts, n_features_in=self.d, name="prompts")
-        n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
+        n_steps = check_number(n_steps, "n_steps", integer=True, low=0)
         if self.max_length is not None and int(lengths.max()) + n_steps > self.max_length:
             raise ValueError(
                 f"n_steps={n_steps} after a prompt of {int(lengths.max())} tokens needs "

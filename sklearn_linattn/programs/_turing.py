@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 
-from .._validation import check_scalar
+from .._validation import check_number
 from ._compiler import CompiledProgram, Program, _rule_table_codes
 
 #: Head moves of :func:`turing_machine_program`, in one-hot order.
@@ -82,7 +82,7 @@ def run_turing_machine(next_state, write, move, tapes, n_steps):
     (array([0, 1, 2, 2]), array([1, 1, 1]))
     """
     next_state, write, move, tape = _check_machines(next_state, write, move, tapes)
-    n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0)
+    n_steps = check_number(n_steps, "n_steps", integer=True, low=0)
     n, T = tape.shape
     rows = np.arange(n)
     states = np.zeros((n, n_steps + 1), dtype=np.int64)
@@ -219,7 +219,7 @@ class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
         {'state': (0, 1)}
         """
         X = self.prompts(next_state, write, move, tapes)
-        n_steps = check_scalar(n_steps, "n_steps", integer=True, low=0, high=self.max_steps)
+        n_steps = check_number(n_steps, "n_steps", integer=True, low=0, high=self.max_steps)
         return self._generate(X, 3 * n_steps, model)
 
     def execute(self, next_state, write, move, tapes, n_steps, *, model=None):
@@ -347,10 +347,10 @@ def turing_machine_program(n_states, n_symbols, tape_length, max_steps):
     ...     (states, heads, tapes), run_turing_machine(next_state, write, move, tape, 6)))
     True
     """
-    S = check_scalar(n_states, "n_states", integer=True, low=1)
-    G = check_scalar(n_symbols, "n_symbols", integer=True, low=1)
-    T = check_scalar(tape_length, "tape_length", integer=True, low=1)
-    K = check_scalar(max_steps, "max_steps", integer=True, low=1)
+    S = check_number(n_states, "n_states", integer=True, low=1)
+    G = check_number(n_symbols, "n_symbols", integer=True, low=1)
+    T = check_number(tape_length, "tape_length", integer=True, low=1)
+    K = check_number(max_steps, "max_steps", integer=True, low=1)
     program = (Program(max_length=S * G + T + 1 + 3 * K)
                .attribute("rule_key", itertools.product(range(S), range(G)))
                .attribute("rule_action", itertools.product(range(S), range(G), MOVES))
