@@ -12,7 +12,13 @@ output is linear in the cubic features: ``y_a = <coef[a], H(X)>`` with
 import numpy as np
 
 from ._features import fold_coefficients
-from ._memory import default_memory_budget, iter_sample_chunks, real_tokens, single_blas_thread
+from ._memory import (
+    default_memory_budget,
+    iter_sample_chunks,
+    real_tokens,
+    single_blas_thread,
+    zero_padding,
+)
 from ._standardize import SAFE_EXPONENT, max_exponent, scale_per_sample
 from ._validation import (
     check_heads,
@@ -315,7 +321,7 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
     # One BLAS thread: the batched q @ S is one small GEMM per sequence, which
     # threads only slow down (36 times, for 96 sequences, 321 heads, d = 44).
     with single_blas_thread():
-        _generate_into(out, X, lengths, real, Q_flat, V_flat, n_heads, d, n_steps, round_)
+        _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_)
     return out
 
 
@@ -349,10 +355,10 @@ def _check_generated(values, step, n_steps, start, what):
         )
 
 
-def _generate_into(out, X, lengths, real, Q_flat, V_flat, n_heads, d, n_steps, round_):
+def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_):
     n_samples = X.shape[0]
     for sl in iter_sample_chunks(n_samples, d * d + n_heads * d):
-        Xc = np.where(real[sl, :, None], X[sl], 0.0).astype(np.float64)
+        Xc = zero_padding(np.asarray(X[sl], dtype=np.float64), lengths[sl])
         S = np.matmul(Xc.transpose(0, 2, 1), Xc)
         rows = np.arange(Xc.shape[0])
         pos = lengths[sl].copy()
