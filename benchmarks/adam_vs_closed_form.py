@@ -34,7 +34,7 @@ from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
 from sklearn_linattn import LinearAttentionRegressor, mhla_forward
-from sklearn_linattn.adam import AdamLinearAttentionRegressor
+from sklearn_linattn import AdamLinearAttentionRegressor
 
 
 def make_data(rng, n_samples, n_tokens, d):

@@ -35,7 +35,7 @@ from sklearn.preprocessing import PolynomialFeatures
 
 from sklearn_linattn import LinearAttentionFeatures, LinearAttentionRegressor, mhla_forward
 from sklearn_linattn.datasets import make_random_mhla
-from sklearn_linattn.adam import AdamLinearAttentionRegressor
+from sklearn_linattn import AdamLinearAttentionRegressor
 
 from .adam_vs_closed_form import make_data, relative_mse
 from .cg_large import teacher_data

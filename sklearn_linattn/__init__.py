@@ -9,9 +9,9 @@ from ._certificate import IdentifiabilityCertificate, Witness, certify_identifia
 from ._features import attention_kernel
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
-from .estimators import LinearAttentionFeatures, LinearAttentionRegressor
+from ._estimators import LinearAttentionFeatures, LinearAttentionRegressor
 from ._io import load_model, save_model
-from .adam import AdamLinearAttentionRegressor
+from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_loss_gradient
 from . import datasets
 from . import metrics
 
@@ -29,10 +29,12 @@ __all__ = [
     "compress_heads",
     "datasets",
     "heads_from_coefficients",
+    "learning_rate_schedule",
     "load_model",
     "metrics",
     "mhla_forward",
     "mhla_generate",
+    "mhla_loss_gradient",
     "same_function",
     "save_model",
 ]

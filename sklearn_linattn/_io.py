@@ -26,7 +26,7 @@ from ._attention import attention_coefficients
 from ._memory import default_memory_budget
 from ._solvers import SOLVERS
 from ._standardize import TokenStandardizer
-from .estimators import LinearAttentionRegressor
+from ._estimators import LinearAttentionRegressor
 
 __all__ = ["load_model", "save_model"]
 

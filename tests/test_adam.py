@@ -16,9 +16,9 @@ from sklearn_linattn import (
     attention_coefficients,
     mhla_forward,
 )
-from sklearn_linattn import adam
+from sklearn_linattn import _adam as adam
 from sklearn_linattn._memory import iter_sample_chunks
-from sklearn_linattn.adam import (
+from sklearn_linattn import (
     AdamLinearAttentionRegressor,
     learning_rate_schedule,
     mhla_loss_gradient,

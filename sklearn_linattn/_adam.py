@@ -181,7 +181,7 @@ def mhla_loss_gradient(X, Y, V, Q, lengths=None, *, readout="last"):
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_linattn.adam import mhla_loss_gradient
+    >>> from sklearn_linattn import mhla_loss_gradient
     >>> from sklearn_linattn import mhla_forward
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(8, 5, 2))
@@ -247,7 +247,7 @@ def learning_rate_schedule(step, n_steps, learning_rate, warmup_fraction):
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_linattn.adam import learning_rate_schedule
+    >>> from sklearn_linattn import learning_rate_schedule
     >>> learning_rate_schedule(np.arange(6), 6, 1.0, 1 / 3)
     array([0.5 , 1.  , 1.  , 0.85355339, 0.5 , 0.14644661])
     """
@@ -392,7 +392,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     --------
     >>> import numpy as np
     >>> from sklearn_linattn import mhla_forward
-    >>> from sklearn_linattn.adam import AdamLinearAttentionRegressor
+    >>> from sklearn_linattn import AdamLinearAttentionRegressor
     >>> from sklearn_linattn import LinearAttentionRegressor
     >>> rng = np.random.default_rng(0)
     >>> V, Q = rng.normal(size=(1, 1, 2)), rng.normal(size=(1, 2, 2))
