@@ -229,36 +229,29 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         optimum: by more than the data's own noise explains (see the user
         guide on compression), not merely inexactly.
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
-        With N feature rows, psi features and P = d (d + 1) / 2:
+        How the least squares is solved (N feature rows, psi features, P =
+        d (d + 1) / 2); all give the same fit and verdict, to rounding (to
+        ``tol`` for ``"cg"``).  The user guide's theory page ("Solvers")
+        describes each algorithm and its cost.
 
-        - ``"eigh"``: normal equations through an eigen-decomposition of
-          ``Phi^T W Phi``, accumulated over chunks of sequences (memory
-          O(chunk + psi^2)); the whole spectrum, O(psi^3) with a large
-          constant (about 5 times forming ``Phi^T Phi`` at d = 16, N = 20000).
-        - ``"cholesky"``: the same statistics, solved by a Cholesky factor;
-          the certificate's extreme eigenvalues come from Lanczos.  Hands over
-          to ``"eigh"`` when the Gram matrix is (nearly) singular, so the
-          result never differs from eigh's rule.
+        - ``"eigh"``: normal equations accumulated over chunks of sequences
+          (memory O(chunk + psi^2)), then the whole spectrum.
+        - ``"cholesky"``: the same statistics solved by a Cholesky factor,
+          extreme eigenvalues by Lanczos; hands over to ``"eigh"`` when the
+          Gram matrix is (nearly) singular.
         - ``"svd"``: SVD of the design matrix (the most accurate; memory
           O(N psi)).
-        - ``"dual"``: the kernel form for N < psi: eigen-decomposition of the
-          N x N kernel matrix (O(N^2 d^2) to form), memory O(N^2 + N psi).
-        - ``"cg"``: matrix-free preconditioned conjugate gradients on the normal
-          equations; never forms ``Phi`` nor ``Phi^T Phi`` (each iteration
-          streams over the sequences, O(N n d^2 + N d^3); memory O(N n d + psi
-          + P^2)).  The certificate is matrix-free too (Lanczos, CG from a
-          random start and, when that leaves the verdict open, LOBPCG).
-          With ``alpha=0`` on a rank-deficient design the coefficients are a
-          least-squares solution of minimal preconditioned norm, not the
-          minimum-norm one of the other solvers: same training fit, same
-          predictions on every input the certificate would cover.
-        - ``"lsmr"``: for one-hot (sparse) tokens: the feature rows as a sparse
-          matrix restricted to its active (non-zero) columns, LSMR per output
-          (memory follows the non-zeros; the minimum-norm solution for
-          ``alpha=0``; ``max_iter`` caps its iterations, default 10 times the
-          number of active columns).  The certificate eigen-decomposes the
-          smaller of the active Gram matrix and the row kernel when it fits
-          in memory.  Never chosen by ``"auto"``.
+        - ``"dual"``: the N x N kernel, for N < psi (memory O(N^2 + N psi)).
+        - ``"cg"``: matrix-free conjugate gradients, with a matrix-free
+          certificate (memory O(N n d + psi + P^2)).  With ``alpha=0`` on a
+          rank-deficient design the coefficients are the least-squares
+          solution of minimal preconditioned norm, not the minimum-norm one:
+          same training fit, same predictions on every input the certificate
+          would cover.
+        - ``"lsmr"``: sparse feature rows of one-hot tokens on their active
+          columns (memory follows the non-zeros; ``max_iter`` caps its
+          iterations, default 10 times the number of active columns).  Never
+          chosen by ``"auto"``.
         - ``"auto"``: ``"cg"`` when the dense psi x psi arrays would take more
           than half the physical memory; ``"dual"`` for N < psi (``"cg"`` if
           its kernel and row basis do not fit); otherwise ``"eigh"`` for
@@ -320,7 +313,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         the prefix rows fitted; with sample weights about the rows of positive
         weight.  Its ``witness()`` starts from this fitted model.  It holds
         psi x rank eigenvectors (or, for ``"cholesky"``, the psi x psi
-        factor): 38 MB at d = 16.
+        factor).
     solver_ : str
         The solver that produced the fit (``"auto"`` resolved; ``"eigh"``
         when ``"cholesky"`` handed over).

@@ -62,29 +62,16 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         it.  With sample weights, ``Lambda_D = Phi^T W Phi / sum(w)``.
     min_eigenvalue_error : float
         Bound on the error of ``min_eigenvalue`` beyond rounding: 0 for the
-        direct solvers ("eigh", "svd", "dual", "lsmr"; their error is rounding, about
-        ``psi * eps * max_eigenvalue``); the relative Lanczos accuracy 1e-10
-        times the value for "cholesky".  For "cg", ``min_eigenvalue`` is a
-        Rayleigh quotient (never below the true lambda_min) and
-        ``min_eigenvalue - min_eigenvalue_error`` a lower bound, so the two
-        bracket lambda_min.  The lower bound comes first from preconditioned
-        CG on ``Lambda_D x = b`` for a standard normal b: ``(delta - ||r||) /
-        ||x||`` with r the exact residual and delta = 1e-3 bounds lambda_min
-        from below except with probability ``delta sqrt(2 / pi) = 8e-4`` over
-        b, whatever the data (it is far below lambda_min, measured 2e-5 to
-        3e-3 times it on Gaussian designs with d = 4 to 64 and N / psi = 1.1
-        to 10, lowest at the largest psi: enough for the verdict, coarse for
-        ``error_bound``).  When
-        that leaves the verdict undecided, LOBPCG refines the interval: its
-        Ritz value's residual ``r = ||Lambda_D v - min_eigenvalue v||``, or
-        the Kato-Temple bound ``r**2 / (mu - min_eigenvalue)`` once the next
-        Ritz value minus its residual, mu, lies above it (valid when LOBPCG
-        has found the two smallest eigenvalues, as it does from a random
-        start); it stops when this error is below 1e-4 times the value,
-        after 300 iterations, or once its rate of progress, extrapolated to
-        300 iterations, would reach neither that accuracy nor a decided
-        verdict.  Values and residuals are computed in float64 even when
-        "cg" multiplies by a float32 cache of the row factors.
+        direct solvers ("eigh", "svd", "dual", "lsmr"; their error is
+        rounding, about ``psi * eps * max_eigenvalue``); the relative Lanczos
+        accuracy 1e-10 times the value for "cholesky".  For "cg",
+        ``min_eigenvalue`` is a Rayleigh quotient (never below the true
+        lambda_min) and ``min_eigenvalue - min_eigenvalue_error`` a lower
+        bound that holds except with probability 8e-4 (a randomized bound,
+        refined by LOBPCG when it leaves the verdict open), so the two
+        bracket lambda_min; values and residuals are float64 even on a
+        float32 cache.  The user guide's theory page describes the bounds and
+        how tight they are.
     max_eigenvalue : float
         Largest eigenvalue of ``Lambda_D``.
     standardization : TokenStandardizer
@@ -122,8 +109,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     method : str
         The solver whose spectrum the certificate reads: "eigh", "svd" and
         "dual" keep eigenvectors (what ``covers``, ``error_bound`` and
-        ``witness`` use; psi x rank floats, 38 MB at d = 16 when
-        identifiable), "cholesky" keeps the Cholesky factor of the Gram matrix
+        ``witness`` use; psi x rank floats), "cholesky" keeps the Cholesky factor of the Gram matrix
         instead (same size), "cg" keeps the eigenvector of lambda_min only,
         "lsmr" keeps eigenvectors in the coordinates of the m active columns
         (m x rank floats; the inactive columns are null directions).

@@ -229,36 +229,16 @@ def _cg_cache_dtype(n_rows, d, memory_budget=None):
 
 
 def solve_cg(design, alpha=0.0, options=None):
-    """Matrix-free fit: preconditioned CG on the normal equations and LOBPCG.
+    """Matrix-free fit: preconditioned CG on the normal equations, certificate by Lanczos and LOBPCG.
 
-    Never forms ``Phi`` nor ``G = Phi^T W Phi`` (see :class:`_ImplicitGram`).
-    The row factors (folded moments and last tokens, ``n_rows * (P + d)``
-    values) are cached when they fit in the memory budget (float64 in 1/8 of
-    it, else float32 in 1/4; :func:`_cg_cache_dtype`), so a product ``G V``
-    is two GEMMs; otherwise every product streams over the sequences, with
-    memory O(N n d) for X plus O(psi + P^2) and one chunk.  A float32 cache
-    halves memory and arithmetic again; everything computed with it is
-    checked with exact float64 products streamed from X, so the results keep
-    the float64 guarantees: CG replaces its residual by the exact one every
-    two digits and stops on exact residuals only; lambda_max and the Ritz
-    pairs of lambda_min are exact Rayleigh quotients and residuals of the
-    vectors found.  (Without these checks, float32 products would stall CG
-    at a true relative residual near 1e-7.)
-
-    - Coefficients: CG on ``(G + alpha I) c = Phi^T W y`` preconditioned by
-      the Kronecker approximation of :class:`_KroneckerPreconditioner`, until
-      the residual is below ``tol`` times the right-hand side.  With alpha = 0
-      on a rank-deficient design the iterates stay in the span of the
-      preconditioner's range, so the result is the least-squares solution of
-      minimal ``||M^{1/2} c||`` (M the preconditioner), not the Euclidean
-      minimum-norm one of eigh/svd: it fits the training data the same way and
-      agrees with them on every input their certificate ``covers``.
-    - Certificate: lambda_max by Lanczos, lambda_min by LOBPCG (see
-      :func:`implicit_extremes`); the eigenvector of lambda_min is kept.
-
-    ``options`` holds ``tol`` (CG's relative residual), ``max_iter``
-    (default 1000), ``memory_budget`` and, optionally, ``cache_dtype``
-    ("auto", None, "float32" or "float64", overriding the cache rule).
+    Never forms ``Phi`` nor ``G``; caches the row factors in float64 or
+    float32 when they fit the memory budget (a float32 cache is checked by
+    exact float64 products, so the results keep float64 guarantees).  Stops
+    at a relative residual ``tol``; with ``alpha=0`` on a rank-deficient
+    design returns the least-squares solution of minimal preconditioned norm.
+    ``options``: ``tol``, ``max_iter`` (default 1000), ``memory_budget`` and
+    optionally ``cache_dtype`` ("auto", None, "float32", "float64").  The
+    algorithm: the user guide's theory page, "Solvers".
     """
     options = {} if options is None else options
     tol, max_iter = options.get("tol", 1e-8), options.get("max_iter")

@@ -29,38 +29,15 @@ def gram_fits(m, memory_budget=None):
 
 
 def solve_lsmr(design, alpha=0.0, options=None):
-    """Sparse least squares on the active columns by LSMR, for one-hot data.
+    """Sparse least squares by LSMR on the active columns of sparse feature rows (one-hot data).
 
-    - Rows: :func:`sparse_feature_rows`, scaled by ``sqrt(w)``; memory
-      follows their non-zeros.
-    - Active columns: those non-zero in some row of positive weight.  The
-      others are in the null space of ``Phi^T W Phi`` and get coefficient 0.
-    - Coefficients: LSMR per output column (all-zero target columns give
-      zero coefficients without iterating) on the active columns, with
-      ``damp = sqrt(alpha)`` (the objective ``||W^{1/2}(y - Phi c)||^2 +
-      alpha ||c||^2`` of the other solvers), started at zero: with
-      ``alpha = 0`` its iterates stay in the row space, so it converges to the
-      minimum-norm least-squares solution.  It stops when
-      ``||A^T r|| <= 1e-14 ||A|| ||r||`` (or ``||r|| <= 1e-14 ||b||``);
-      a :class:`~sklearn.exceptions.ConvergenceWarning` says when
-      ``max_iter`` (default ``10 * m``) stops it first.
-    - Spectrum: with ``k = min(m, n_rows)``, when ``3.25 * 8 * k**2`` bytes
-      fit ``memory_budget``, the k x k Gram matrix of the active columns
-      ``A^T A`` (or the row kernel ``A A^T`` when there are fewer rows, as in
-      ``"dual"``), a sparse product, and its dense eigen-decomposition:
-      eigenvalues (zeros for the inactive columns) and the eigenvectors above
-      the zero tolerance (the package's zero rule with psi
-      features, as for ``"eigh"``), in active coordinates.  Otherwise only
-      lambda_max (Lanczos on the sparse rows)
-      and, when some column is inactive, lambda_min = 0 with an inactive
-      column as null vector; a design with every column active and a Gram
-      matrix too large raises a ValueError (use ``solver="cg"``).
-
-    Returns
-    -------
-    solution : SpectralSolution
-        ``active_columns`` holds the m active columns; ``eigenvectors`` has
-        shape (m, rank) in their coordinates.
+    Inactive columns (zero in every row of positive weight) get coefficient
+    0; with ``alpha=0`` the result is the minimum-norm solution.  The
+    spectrum is that of the active Gram matrix when it fits ``memory_budget``
+    (eigenvectors in active coordinates, ``active_columns`` set), else
+    lambda_max and an inactive column as null vector; an all-active design
+    too large for that raises a ValueError.  ``options``: ``max_iter``
+    (default 10 times the active columns), ``memory_budget``.
     """
     options = {} if options is None else options
     max_iter, memory_budget = options.get("max_iter"), options.get("memory_budget")
