@@ -23,7 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._features import n_attention_features
 from ._attention import attention_coefficients
-from ._memory import default_memory_budget
+from ._memory import resolve_budget
 from ._solvers import SOLVERS
 from ._standardize import TokenStandardizer
 from ._estimators import LinearAttentionRegressor
@@ -242,7 +242,7 @@ def _load_arrays(path, required, optional=(), *, memory_budget=None):
 
     Every requested array's dtype and declared size are checked from its
     header first: object arrays are refused and the total must fit in
-    ``memory_budget`` bytes (default: :func:`default_memory_budget`).
+    ``memory_budget`` bytes (default: half the physical memory).
 
     Parameters
     ----------
@@ -267,7 +267,7 @@ def _load_arrays(path, required, optional=(), *, memory_budget=None):
     >>> sorted(_load_arrays(path, ["X"], ["y"]))
     ['X']
     """
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = resolve_budget(memory_budget)
     path = os.fspath(path)
     with _NpzReader(path, "a data file") as reader:
         missing = [k for k in required if k not in reader.entries]
@@ -706,7 +706,7 @@ def load_model(path):
                   if callable(spec)}
         shapes.update({name: spec(d, d_out, h) for name, spec in _STANDARDIZED.items()})
         total = 8 * sum(math.prod(shape) for shape in shapes.values())
-        budget = default_memory_budget()
+        budget = resolve_budget()
         if total > budget:
             raise ValueError(
                 f"{path}: a model with d = {d}, d_out = {d_out} and {h} heads (entries "

@@ -16,11 +16,11 @@ from threadpoolctl import threadpool_limits
 
 __all__ = [
     "DENSE_ARRAYS",
-    "check_budget",
     "default_memory_budget",
     "iter_sample_chunks",
     "n_pairs",
     "real_tokens",
+    "resolve_budget",
     "sample_values",
     "single_blas_thread",
     "zero_padding",
@@ -62,27 +62,9 @@ def default_memory_budget():
     return int(pages) * int(page_size) // 2
 
 
-def check_budget(need, what, memory_budget=None, advice=""):
-    """Raise a ValueError when ``need`` bytes for ``what`` exceed the memory budget.
-
-    Parameters
-    ----------
-    need : float
-        Bytes the caller is about to allocate.
-    what : str
-        What they hold, for the message.
-    memory_budget : int or None, default=None
-        Bytes; None uses :func:`default_memory_budget` (half the physical memory).
-    advice : str, default=""
-        What to do instead, appended to the message.
-    """
-    budget = default_memory_budget() if memory_budget is None else memory_budget
-    if need <= budget:
-        return
-    raise ValueError(
-        f"{what} need about {need / 2**30:.3g} GiB, more than the memory budget of "
-        f"{budget / 2**30:.3g} GiB (half the physical memory){'; ' + advice if advice else '.'}"
-    )
+def resolve_budget(memory_budget=None):
+    """``memory_budget`` in bytes, or :func:`default_memory_budget` when it is None."""
+    return default_memory_budget() if memory_budget is None else memory_budget
 
 
 def n_pairs(d):

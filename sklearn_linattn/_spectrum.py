@@ -32,7 +32,7 @@ from scipy.sparse.linalg import (
 from sklearn.exceptions import ConvergenceWarning
 
 from ._krylov import LanczosRecord, pcg
-from ._memory import default_memory_budget
+from ._memory import resolve_budget
 
 __all__ = [
     "descending_eigh",
@@ -190,7 +190,7 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None):
     values (the Rayleigh quotients of G, increasing), n_iter.
     """
     psi = op.psi
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = resolve_budget(memory_budget)
     max_iter = int(min(_PENCIL_MAX_ITER, max(2 * _PENCIL_CHECK,
                                              _PENCIL_MEMORY_FRACTION * budget // (4 * psi))))
     record = LanczosRecord(psi, max_iter)

@@ -466,9 +466,9 @@ def test_huge_declared_text_is_refused(model_file, tmp_path):
 
 
 def test_model_larger_than_the_memory_budget_is_refused(model_file, tmp_path, monkeypatch):
-    from sklearn_linattn import _io
+    from sklearn_linattn import _memory
 
-    monkeypatch.setattr(_io, "default_memory_budget", lambda: 100)
+    monkeypatch.setattr(_memory, "default_memory_budget", lambda: 100)
     with pytest.raises(ValueError, match=r"'n_features_in_', 'n_outputs_', 'n_heads_'\) "
                        r"needs .* GiB, more than the memory budget"):
         load_model(model_file)

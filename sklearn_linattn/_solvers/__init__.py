@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from .._features import n_attention_features
-from .._memory import DENSE_ARRAYS, default_memory_budget
+from .._memory import DENSE_ARRAYS, resolve_budget
 from .._standardize import standardizer_for
 from ._rows import Design, count_rows
 from ._solution import SpectralSolution
@@ -166,7 +166,7 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
     tall_choice = "eigh" if psi <= FULL_SPECTRUM_PSI else "cholesky"
     if statistics:
         return tall_choice
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = resolve_budget(memory_budget)
     if n_rows < psi:
         return "dual" if solver_memory("dual", n_rows, psi) <= budget else "cg"
     return tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
@@ -211,7 +211,7 @@ def check_solver_memory(solver, n_rows, psi, memory_budget=None):
     The message gives the estimate (:func:`solver_memory`), the budget and
     the solvers whose arrays would fit.
     """
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = resolve_budget(memory_budget)
     need = solver_memory(solver, n_rows, psi)
     if need <= budget:
         return

@@ -193,14 +193,18 @@ class RowCounts:
                 self.y_sq += (ws[:, None] * Yf * Yf).sum(axis=0)
 
     def _copy_into(self, standardizer):
-        """A copy in other standardized coordinates: counts and energy mapped exactly."""
+        """A copy in other standardized coordinates, counts and energy mapped exactly.
+
+        Returns the copy and the factors of the weights and of the targets'
+        moments between the two coordinates (None, None when they are equal).
+        """
         old = self.standardizer
         out = type(self).__new__(type(self))
         out.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
                              for k, v in self.__dict__.items()})
         out.standardizer = standardizer
         if standardizer == old:
-            return out, None
+            return out, None, None
         wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
         yf = None
         if self.d_out is not None:
@@ -211,7 +215,7 @@ class RowCounts:
             out.y_sq = self.y_sq * yf * np.ldexp(1.0, ey_old - ey_new)
         out.weight_sum = self.weight_sum * wf
         out.min_weight = self.min_weight * wf
-        return out, yf
+        return out, wf, yf
 
     def restandardized(self, standardizer):
         """The same counts in other standardized coordinates (a new object).
@@ -453,12 +457,10 @@ class SufficientStatistics(RowCounts):
         SufficientStatistics
             A new object; this one is unchanged.
         """
-        old = self.standardizer
-        out, yf = self._copy_into(standardizer)
-        if standardizer == old:
+        out, wf, yf = self._copy_into(standardizer)
+        if wf is None:
             return out
-        A, B = feature_map(old, standardizer)
-        wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
+        A, B = feature_map(self.standardizer, standardizer)
         P, d = A.shape[0], self.d
         G = self.gram.reshape(P, d, P, d)
         G = np.tensordot(A, G, axes=([1], [0]))               # (p', l, q, m)

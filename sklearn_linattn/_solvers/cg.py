@@ -8,7 +8,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._features import features_matvec, features_rmatvec, n_attention_features
 from .._krylov import pcg
-from .._memory import default_memory_budget, iter_sample_chunks, n_pairs, sample_values
+from .._memory import iter_sample_chunks, n_pairs, resolve_budget, sample_values
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._rows import chunk_rows, count_rows
 from ._solution import SpectralSolution, zero_design_solution
@@ -215,12 +215,12 @@ def _cg_cache_dtype(n_rows, d, memory_budget=None):
     """Dtype of the row-factor cache of "cg": float64 or float32 if it fits, else None.
 
     The cache holds ``n_rows * (P + d + 1)`` values: float64 when they fit in
-    1/8 of ``memory_budget`` (None: :func:`default_memory_budget`), else
+    1/8 of ``memory_budget`` (None: half the physical memory), else
     float32 when they fit in 1/4 of it.  (d = 64, N = 150 000: 2.6 GB in
     float64, 1.3 GB in float32; with 24 GB of memory the budget is 12 GB and
     the cache float32.)
     """
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = resolve_budget(memory_budget)
     values = n_rows * (n_pairs(d) + d + 1)
     for dtype, fraction in _CG_CACHE_FRACTION.items():
         if values * dtype.itemsize <= fraction * budget:

@@ -9,7 +9,7 @@ from scipy.sparse.linalg import lsmr
 from sklearn.exceptions import ConvergenceWarning
 
 from .._features import n_attention_features, sparse_feature_rows, sparse_target_rows
-from .._memory import DENSE_ARRAYS, default_memory_budget, single_blas_thread
+from .._memory import DENSE_ARRAYS, default_memory_budget, resolve_budget, single_blas_thread
 from .._spectrum import descending_eigh, eigenvalue_tolerance, sparse_largest_eigenvalue
 from ._solution import SpectralSolution
 
@@ -24,7 +24,7 @@ _LSMR_BTOL = 1e-14
 
 def gram_fits(m, memory_budget=None):
     """Whether a dense m x m Gram matrix and its eigh fit the budget (bytes)."""
-    budget = default_memory_budget() if memory_budget is None else memory_budget
+    budget = resolve_budget(memory_budget)
     return DENSE_ARRAYS * 8.0 * m * m <= budget
 
 
