@@ -275,7 +275,12 @@ def solve_statistics(stats, alpha=0.0, solver="eigh"):
             "stats hold no feature row: every sequence so far had zero weight, or none "
             "was added; there is nothing to fit."
         )
-    solution = REGISTRY[solver].function(stats, alpha)
+    return _solved(REGISTRY[solver], stats, alpha)
+
+
+def _solved(spec, stats, alpha):
+    """The statistics solver's solution, carrying the statistics as its counts."""
+    solution = spec.function(stats, alpha)
     solution.counts = stats
     return solution
 
@@ -320,13 +325,13 @@ def solve(batches, arrays, *, d, d_out, readout, solver, standardizer, alpha=0.0
             stats.update(X, lengths, Y, readout=readout, sample_weight=w)
         if stats.n_rows == 0:
             raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
-        return solve_statistics(stats, alpha, solver)
+        return _solved(spec, stats, alpha)
     X, lengths, Y, w = arrays(not spec.reads_in_place)
     counts = RowCounts(d, d_out, standardizer=standardizer)
     counts.update(X, lengths, Y, readout=readout, sample_weight=w)
     if counts.n_rows == 0:
         raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
-    design = Design(X, lengths, Y, readout, w, standardizer, counts.dtype)
+    design = Design(X, lengths, Y, readout, w, standardizer, counts.dtype, counts.n_rows)
     options = dict(tol=tol, max_iter=max_iter, memory_budget=memory_budget)
     solution = spec.function(design, alpha, options)
     solution.counts = counts

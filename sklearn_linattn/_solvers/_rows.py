@@ -27,6 +27,8 @@ class Design:
         Standardized coordinates the solver works in.
     dtype : numpy dtype
         Least precise floating dtype of the inputs (for the zero rule).
+    n_rows : int or None
+        Number of feature rows of positive weight (None: counted when needed).
     """
 
     X: object
@@ -36,6 +38,7 @@ class Design:
     sample_weight: object
     standardizer: object
     dtype: np.dtype
+    n_rows: int | None = None
 
     def rows(self):
         """Row factors, weights and targets of every row of positive weight (:func:`all_rows`)."""

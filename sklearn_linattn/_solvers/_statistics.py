@@ -156,8 +156,9 @@ class RowCounts:
         self
             The updated statistics.
         """
-        check_readout(readout)
-        if self.readout is not None and readout != self.readout:
+        if self.readout is None:  # later batches must match the first
+            check_readout(readout)
+        elif readout != self.readout:
             raise ValueError(
                 f"readout must stay {self.readout!r} for these statistics; got {readout!r}."
             )

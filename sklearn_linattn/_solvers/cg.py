@@ -38,8 +38,10 @@ class _ImplicitGram:
     """
 
     def __init__(self, X, lengths, readout, sample_weight=None, cache_dtype=None,
-                 standardizer=None):
+                 standardizer=None, n_rows=None):
         self.X, self.lengths, self.readout = X, lengths, readout
+        # Rows of positive weight (the cache's length), when the caller knows them.
+        self.n_rows = count_rows(lengths, readout, sample_weight) if n_rows is None else n_rows
         self.sample_weight = sample_weight
         self.standardizer = standardizer
         self.n_samples, self.n_tokens, self.d = X.shape
@@ -104,7 +106,7 @@ class _ImplicitGram:
         b = None if Y is None else np.zeros((d_out, self.psi))
         trace, n_rows, weight_sum = 0.0, 0, 0.0
         if self.cache_dtype is not None:
-            total = count_rows(self.lengths, self.readout, self.sample_weight)
+            total = self.n_rows
             cache = (np.empty((total, self.P), dtype=self.cache_dtype),
                      np.empty((total, self.d), dtype=self.cache_dtype),
                      None if self.sample_weight is None
@@ -245,12 +247,13 @@ def solve_cg(design, alpha=0.0, options=None):
     memory_budget = options.get("memory_budget")
     X, lengths, Y, readout = design.X, design.lengths, design.Y, design.readout
     sample_weight, standardizer, dtype = design.sample_weight, design.standardizer, design.dtype
+    n_rows = count_rows(lengths, readout, sample_weight) if design.n_rows is None else (
+        design.n_rows)
     cache_dtype = options.get("cache_dtype", "auto")
     if isinstance(cache_dtype, str) and cache_dtype == "auto":
-        cache_dtype = _cg_cache_dtype(count_rows(lengths, readout, sample_weight), X.shape[2],
-                                      memory_budget)
+        cache_dtype = _cg_cache_dtype(n_rows, X.shape[2], memory_budget)
     op = _ImplicitGram(X, lengths, readout, sample_weight, cache_dtype=cache_dtype,
-                       standardizer=standardizer)
+                       standardizer=standardizer, n_rows=n_rows)
     setup = op.setup(Y)
     if not setup["trace"] > 0:
         return zero_design_solution(op.psi, None if Y is None else Y.shape[-1], standardizer,
