@@ -733,3 +733,21 @@ def test_covers_on_sparse_inputs_matches_the_dense_computation(monkeypatch, read
     np.testing.assert_allclose(sparse[1], dense[1], rtol=1e-10)
     monkeypatch.setattr(_certificate, "_SPARSE_DENSITY", 0.25)
     assert cert.covers(X).all()
+
+
+def test_user_tol_within_the_cholesky_lanczos_error_certifies_with_eigh():
+    # psi = 75 > 64: "cholesky" bounds lambda_min by Lanczos, with an error.
+    # A user tol between lambda_min - error and lambda_min fails the
+    # certificate; covers and witness then need the null space, so the
+    # verdict comes from eigh (before: a failed cholesky certificate whose
+    # covers and witness raised).
+    X = np.random.default_rng(0).normal(size=(200, 6, 5))
+    cert = certify_identifiability(X, solver="cholesky")
+    assert cert.method == "cholesky" and cert.min_eigenvalue_error > 0
+    tol = cert.min_eigenvalue - cert.min_eigenvalue_error / 2
+    strict = certify_identifiability(X, solver="cholesky", tol=tol)
+    assert strict.method == "eigh"
+    assert bool(strict) == bool(certify_identifiability(X, solver="eigh", tol=tol))
+    assert strict.covers(X[:3]).shape == (3,)
+    if not strict:
+        assert strict.witness() is not None

@@ -127,10 +127,11 @@ def certify_identifiability(
     if (
         tol is not None
         and REGISTRY[solution.method].spectrum == "factor"
-        and not solution.lambda_min / stats.weight_sum > tol
+        and not (solution.lambda_min - solution.lambda_min_error) / stats.weight_sum > tol
     ):
-        # A user threshold above lambda_min of a Cholesky solution: the null
-        # space is then needed, which eigh provides.
+        # A user threshold the Cholesky solution does not clear, its Lanczos
+        # error included: the certificate fails, and covers and witness need
+        # the null space, which eigh provides.
         solution = solve_statistics(stats, solver="eigh")
     return IdentifiabilityCertificate._from_solution(
         solution, stats, readout=readout, tol=tol, token_dim=token_dim,
