@@ -574,3 +574,9 @@ def test_offset_numbers_the_samples_of_a_block():
         check_sample_weight([1.0, -1.0], 2, offset=100)
     with pytest.raises(ValueError, match=re.escape("X[7] is an empty sequence")):
         check_sequences([np.ones((2, 3)), np.ones((0, 3))], offset=6)
+
+
+def test_negative_sample_weight_message_shows_the_number():
+    # Before: "sample_weight[1] = np.float64(-2.5)", numpy's repr of the entry.
+    with pytest.raises(ValueError, match=re.escape("got sample_weight[1] = -2.5.")):
+        check_sample_weight([1.0, -2.5], 2)
