@@ -80,6 +80,9 @@ class RowCounts:
         Readout of the counted rows; fixed by the first :meth:`update`.
     y_sq : ndarray of shape (d_out,) or None
         Weighted sum of squares of the targets.
+    y_cross : ndarray of shape (d_out, d_out) or None
+        Weighted cross moments ``Y^T W Y`` of the targets (``y_sq`` is its
+        diagonal); the intercept and skip terms are eliminated from them.
     n_rows : int
         Number of feature rows with positive weight.
     n_samples : int
@@ -113,6 +116,7 @@ class RowCounts:
         self.standardizer = standardizer
         self.readout = None
         self.y_sq = None if self.d_out is None else np.zeros(self.d_out)
+        self.y_cross = None if self.d_out is None else np.zeros((self.d_out, self.d_out))
         self.n_rows = 0
         self.n_samples = 0
         self.weight_sum = 0.0
@@ -188,10 +192,11 @@ class RowCounts:
         if Y is not None:
             Yf = np.asarray(Y, dtype=np.float64)
             if readout == "all":
-                Yf = Yf * real_tokens(lengths, X.shape[1])[:, :, None]
-                self.y_sq += (ws[:, None, None] * Yf * Yf).sum(axis=(0, 1))
-            else:
-                self.y_sq += (ws[:, None] * Yf * Yf).sum(axis=0)
+                Yf = (Yf * real_tokens(lengths, X.shape[1])[:, :, None]).reshape(-1, Yf.shape[2])
+                ws = np.repeat(ws, X.shape[1])
+            Yw = ws[:, None] * Yf
+            self.y_sq += (Yw * Yf).sum(axis=0)
+            self.y_cross += Yw.T @ Yf
 
     def _copy_into(self, standardizer):
         """A copy in other standardized coordinates, counts and energy mapped exactly.
@@ -214,6 +219,8 @@ class RowCounts:
                       else np.zeros(self.d_out, int))
             yf = np.ldexp(wf, ey_old - ey_new)
             out.y_sq = self.y_sq * yf * np.ldexp(1.0, ey_old - ey_new)
+            out.y_cross = self.y_cross * wf * np.outer(np.ldexp(1.0, ey_old - ey_new),
+                                                       np.ldexp(1.0, ey_old - ey_new))
         out.weight_sum = self.weight_sum * wf
         out.min_weight = self.min_weight * wf
         return out, wf, yf
@@ -270,6 +277,7 @@ class RowCounts:
         self.readout = self.readout if self.readout is not None else other.readout
         if self.y_sq is not None:
             self.y_sq += other.y_sq
+            self.y_cross += other.y_cross
         self.n_rows += other.n_rows
         self.n_samples += other.n_samples
         self.weight_sum += other.weight_sum
@@ -372,6 +380,7 @@ class SufficientStatistics(RowCounts):
             Yw = Yr if w is None else Yr * w[:, None]
             self.moment += features_rmatvec(S, x, Yw).T
             self.y_sq += np.einsum("ra,ra->a", Yw, Yr)
+            self.y_cross += Yw.T @ Yr
         self.n_rows += m
         self.weight_sum += float(m if w is None else w.sum())
         self.min_weight = min(self.min_weight, 1.0 if w is None else float(w.min()))
@@ -412,6 +421,7 @@ class SufficientStatistics(RowCounts):
         if Yt is not None:
             self.moment += G[:psi, psi:]
             self.y_sq += np.diagonal(G[psi:, psi:])
+            self.y_cross += G[psi:, psi:]
 
     def _accumulate_pairs(self, S, x, w):
         """Distinct Gram entries from pair products of the moments and of the tokens."""
