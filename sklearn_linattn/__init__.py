@@ -9,7 +9,8 @@ from ._certificate import IdentifiabilityCertificate, Witness, certify_identifia
 from ._features import attention_kernel
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
-from ._estimators import LinearAttentionFeatures, LinearAttentionRegressor
+from ._estimators import LinearAttentionRegressor
+from ._transformer import LinearAttentionFeatures
 from ._io import load_model, save_model
 from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_loss_gradient
 from . import datasets

@@ -50,11 +50,35 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         """Outputs of the fitted model on validated sequences, shape (n, [n_tokens,] d_out)."""
         heads = getattr(self, "_standardized_heads", None)
         if heads is None:
-            return mhla_forward(X, self.value_matrices_, self.key_query_matrices_, lengths,
-                                readout=self.readout)
-        st = self.standardization_
-        Xs = st.transform(X)
-        return st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout))
+            out = mhla_forward(X, self.value_matrices_, self.key_query_matrices_, lengths,
+                               readout=self.readout)
+        else:
+            st = self.standardization_
+            Xs = st.transform(X)
+            out = st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout))
+        return self._add_terms(out, X, lengths)
+
+    def _has_terms(self):
+        return bool(np.any(getattr(self, "intercept_", 0.0))
+                    or np.any(getattr(self, "skip_coef_", 0.0)))
+
+    def _add_terms(self, out, X, lengths):
+        """Add the intercept and skip terms ``b + W x_row`` (padded positions stay NaN)."""
+        if not self._has_terms():
+            return out
+        X = np.asarray(X, dtype=np.float64)
+        if self.readout == "last":
+            x = X[np.arange(X.shape[0]), lengths - 1]
+        else:
+            x = np.where(real_tokens(lengths, X.shape[1])[:, :, None], X, 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            terms = self.intercept_ + x @ self.skip_coef_.T
+        if np.isinf(terms).any():
+            raise ValueError(
+                "The intercept and skip terms of these inputs cannot be represented in "
+                "float64 (they overflow); rescale X."
+            )
+        return out + terms
 
     def predict(self, X):
         """Run the fitted attention heads on X.
@@ -130,6 +154,12 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         """
         X, lengths = self._validate_X(X)
         d = self.n_features_in_
+        if self._has_terms():
+            raise ValueError(
+                "generate runs the attention heads alone, but this model has an intercept or "
+                "skip term (fit_intercept / fit_skip): continue its sequences with predict, "
+                "one step at a time, or fit it without the terms."
+            )
         if self.value_matrices_.shape[1] != d:
             raise ValueError(
                 "generate appends each output to its sequence, so it needs a model whose "

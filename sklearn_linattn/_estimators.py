@@ -3,15 +3,12 @@
 import time
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils.validation import check_is_fitted
+from sklearn.base import BaseEstimator
 
-from ._base import AttentionHeadsRegressorMixin, sequence_tags
+from ._base import AttentionHeadsRegressorMixin
 from ._certificate import IdentifiabilityCertificate
 from ._dask import is_dask_collection
 from ._features import (
-    attention_features,
-    feature_names,
     features_matvec,
     n_attention_features,
     row_factors,
@@ -29,6 +26,7 @@ from ._solvers import (
     solve_statistics,
     solver_memory,
 )
+from ._terms import LinearTerms, fit_terms
 from ._training import TrainingData
 from ._standardize import (
     SAFE_EXPONENT,
@@ -40,163 +38,11 @@ from ._validation import (
     check_data_format,
     check_number,
     check_readout,
-    check_sequences,
     check_token_dim,
     validate_random_state,
 )
 
-__all__ = [
-    "LinearAttentionFeatures",
-    "LinearAttentionRegressor",
-]
-
-
-class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
-    """Cubic features of multi-head linear attention (the paper's Algorithm 2).
-
-    Maps each sequence to the psi = d**2 (d + 1) / 2 features
-    ``S[j, k] * x_last[l]`` (j <= k) with ``S = sum_t x_t x_t^T``: every
-    one-layer multi-head linear attention, with any number of heads, is a
-    linear function of them.  Any linear model on these features is a
-    linear-attention model.
-
-    Parameters
-    ----------
-    token_dim : int or None, default=None
-        Token dimension for 2-D input: each row of a 2-D X is read as
-        ``n_columns // token_dim`` tokens.  None reads 2-D X as univariate
-        sequences (d = 1).
-    data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d) with tokens
-        along axis 1 (tslearn's, the package's own); ``"channels_first"`` is
-        (n_samples, d, n_tokens), the "numpy3D" layout of aeon and sktime
-        (n_samples, n_channels, n_timepoints).
-
-    Attributes
-    ----------
-    n_features_in_ : int
-        Token dimension d seen in ``fit``.
-    n_features_out_ : int
-        Number of features psi.
-
-    See Also
-    --------
-    LinearAttentionRegressor : least squares on these features, returned as
-        attention heads.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn import LinearAttentionFeatures
-    >>> X = np.random.default_rng(0).normal(size=(5, 4, 2))
-    >>> feats = LinearAttentionFeatures().fit(X)
-    >>> feats.transform(X).shape
-    (5, 6)
-    >>> list(feats.get_feature_names_out()[:2])
-    ['S[x0,x0]*last[x0]', 'S[x0,x0]*last[x1]']
-    """
-
-    def __init__(self, token_dim=None, *, data_format="channels_last"):
-        self.token_dim = token_dim
-        self.data_format = data_format
-
-    def _layout(self):
-        return {"token_dim": self.token_dim, "data_format": check_data_format(self.data_format)}
-
-    def fit(self, X, y=None):
-        """Record the token dimension of X.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Sequences; trailing all-NaN tokens are padding.
-        y : None
-            Ignored.
-
-        Returns
-        -------
-        self : LinearAttentionFeatures
-            The fitted transformer, with ``n_features_in_`` and
-            ``n_features_out_`` set.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from sklearn_linattn import LinearAttentionFeatures
-        >>> feats = LinearAttentionFeatures().fit(np.zeros((5, 4, 3)))
-        >>> feats.n_features_in_, feats.n_features_out_  # d and d**2 (d + 1) / 2
-        (3, 18)
-        """
-        X, _ = check_sequences(X, **self._layout())
-        self.n_features_in_ = X.shape[2]
-        self.n_features_out_ = n_attention_features(X.shape[2])
-        return self
-
-    def transform(self, X):
-        """Cubic attention features of each sequence.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Sequences of any length, with the token dimension d seen in
-            ``fit``; trailing all-NaN tokens are padding.
-
-        Returns
-        -------
-        H : ndarray of shape (n_samples, psi), float64
-            The features ``S[j, k] * x_last[l]`` (j <= k) of each sequence,
-            in the order of :meth:`get_feature_names_out`.
-
-        Examples
-        --------
-        Features sum over the tokens, so they grow with the length:
-
-        >>> import numpy as np
-        >>> from sklearn_linattn import LinearAttentionFeatures
-        >>> X = [np.ones((3, 2)), np.ones((5, 2))]  # two sequences, 3 and 5 tokens
-        >>> LinearAttentionFeatures().fit(X).transform(X)
-        array([[3., 3., 3., 3., 3., 3.],
-               [5., 5., 5., 5., 5., 5.]])
-        """
-        check_is_fitted(self)
-        X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
-        return attention_features(np.asarray(X, dtype=np.float64), lengths)
-
-    def get_feature_names_out(self, input_features=None):
-        """Names ``S[xj,xk]*last[xl]`` of the output features.
-
-        Parameters
-        ----------
-        input_features : array-like of str or None
-            Names of the d token coordinates; default ``x0, ..., x{d-1}``.
-
-        Returns
-        -------
-        names : ndarray of str objects, shape (psi,)
-            One name per column of :meth:`transform`.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from sklearn_linattn import LinearAttentionFeatures
-        >>> feats = LinearAttentionFeatures().fit(np.zeros((1, 3, 2)))
-        >>> feats.get_feature_names_out(["price", "volume"])[:2].tolist()
-        ['S[price,price]*last[price]', 'S[price,price]*last[volume]']
-        """
-        check_is_fitted(self)
-        if input_features is not None and len(input_features) != self.n_features_in_:
-            raise ValueError(
-                f"input_features must name the {self.n_features_in_} token coordinates; "
-                f"got {len(input_features)} names."
-            )
-        return feature_names(self.n_features_in_, input_features)
-
-    def __sklearn_tags__(self):
-        tags = sequence_tags(super().__sklearn_tags__())
-        tags.requires_fit = True
-        return tags
-
-
+__all__ = ["LinearAttentionRegressor"]
 
 
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
@@ -275,11 +121,32 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         below ``tol`` times their right-hand side ``Phi^T W y``.
     max_iter : int or None, default=None
         Iteration cap of ``solver="cg"``; None means 1000.
+    fit_intercept : bool, default=False
+        Add a constant ``intercept_`` to every output (not penalized by
+        ``alpha``).  Off by default, unlike scikit-learn's linear models:
+        multi-head linear attention has no constant term, so without it the
+        fitted class is exactly the paper's (outputs scale as ``c**3`` with
+        the inputs; the certificate needs psi rows), and one more column is
+        one more direction the data must determine.
+    fit_skip : bool, default=False
+        Add a linear term in the row's own token, ``skip_coef_ @ x``: the last
+        token for ``readout="last"``, the current one for ``"all"`` (the
+        residual path of a transformer block, ``y = b + W x + MHLA(X)``); not
+        penalized by ``alpha``.  With either term the fit is the joint least
+        squares over the terms and the attention coefficients, and
+        ``certificate_``, ``covers`` and ``error_bound`` are about the whole
+        linear class (see the user guide's "Intercept and skip terms").
+        ``generate`` and Dask input do not support the terms.
 
     Attributes
     ----------
     coef_ : ndarray of shape (d_out, psi)
-        Folded coefficients p of the fitted model: ``y = H(X) @ coef_.T``.
+        Folded coefficients p of the fitted model: ``y = H(X) @ coef_.T``
+        (plus ``intercept_ + x_last @ skip_coef_.T`` with the terms).
+    intercept_ : ndarray of shape (d_out,)
+        The constant term (zeros without ``fit_intercept``).
+    skip_coef_ : ndarray of shape (d_out, d)
+        The linear term in the row's token (zeros without ``fit_skip``).
     value_matrices_ : ndarray of shape (H, d_out, d)
         Value matrices V_h, one per returned head (H = ``n_heads_``).
     key_query_matrices_ : ndarray of shape (H, d, d)
@@ -399,6 +266,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         verbose=0,
         tol=1e-8,
         max_iter=None,
+        fit_intercept=False,
+        fit_skip=False,
     ):
         self.readout = readout
         self.alpha = alpha
@@ -410,6 +279,14 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.verbose = verbose
         self.tol = tol
         self.max_iter = max_iter
+        self.fit_intercept = fit_intercept
+        self.fit_skip = fit_skip
+
+    def _terms(self, d):
+        for name in ("fit_intercept", "fit_skip"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        return LinearTerms(d, intercept=self.fit_intercept, skip=self.fit_skip)
 
     def _check_params(self):
         check_readout(self.readout)
@@ -463,7 +340,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._check_params()
         start = time.perf_counter()
         self._stats = self._scales = None
+        self._terms(1)
         if is_dask_collection(X) or is_dask_collection(y):
+            self._refuse_dask_terms()
             stats, single, scales = self._dask_statistics(X, y, sample_weight)
             self._fit_statistics(stats, single_output=single)
             self._scales = scales
@@ -477,16 +356,43 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         check_solver_memory(solver, n_rows, psi)
         scales = data.scales()
         self._log("standardized coordinates", start)
-        solution = solve(
-            data.solver_batches, data.arrays, d=d, d_out=d_out, readout=self.readout,
-            solver=solver, standardizer=scales.finish(), alpha=float(self.alpha),
-            tol=float(self.tol), max_iter=self.max_iter,
-        )
+        terms = self._terms(d)
+        standardizer = scales.finish()
+
+        # The term columns (if any) ride along as extra targets of the same solve.
+        def batches():
+            for Xb, lb, Yb, wb in data.solver_batches():
+                yield Xb, lb, terms.with_targets(Xb, lb, Yb, self.readout) if terms else Yb, wb
+
+        def arrays(copy):
+            Xa, la, Ya, wa = data.arrays(copy)
+            return Xa, la, terms.with_targets(Xa, la, Ya, self.readout) if terms else Ya, wa
+
+        if terms:
+            standardizer = terms.augment(standardizer, d_out)
+
+        def run(alpha):
+            return solve(
+                batches, arrays, d=d, d_out=d_out + terms.n_terms, readout=self.readout,
+                solver=solver, standardizer=standardizer, alpha=alpha,
+                tol=float(self.tol), max_iter=self.max_iter,
+            )
+
+        solution = run(float(self.alpha))
         self._scales = scales
         if REGISTRY[solver].statistics:
             self._stats = solution.counts
-        self._set_solution(solution, single_output=single, start=start)
+        self._set_solution(solution, single_output=single, start=start,
+                           batches=batches, resolve=lambda: run(0.0))
         return self
+
+    def _refuse_dask_terms(self):
+        if self.fit_intercept or self.fit_skip:
+            raise ValueError(
+                "fit_intercept and fit_skip are not supported with dask input (its blocks "
+                "are reduced to attention statistics only); compute the arrays, or fit "
+                "without the terms."
+            )
 
     def partial_fit(self, X, y, sample_weight=None):
         """Add a batch of sequences to the fit (incremental sufficient statistics).
@@ -541,7 +447,15 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         start = time.perf_counter()
         previous = self._previous_statistics()
         n_features_in = None if previous is None else previous.d
+        self._terms(1)
+        if previous is not None and self._stats_terms != (self.fit_intercept, self.fit_skip):
+            raise ValueError(
+                "fit_intercept and fit_skip must stay as they were between calls to "
+                f"partial_fit (fit_intercept={self._stats_terms[0]}, fit_skip="
+                f"{self._stats_terms[1]}); call fit to start afresh."
+            )
         if is_dask_collection(X) or is_dask_collection(y):
+            self._refuse_dask_terms()
             stats, single, scales = self._dask_statistics(X, y, sample_weight, n_features_in,
                                                           previous)
             self._check_outputs(stats.d_out, previous)
@@ -549,15 +463,21 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             data = TrainingData(X, y, sample_weight, layout=self._layout(),
                                 readout=self.readout, n_features_in=n_features_in)
             Xf, _, Yf, single, _ = data.first()
-            self._check_outputs(Yf.shape[-1], previous)
+            terms = self._terms(Xf.shape[2])
+            self._check_outputs(Yf.shape[-1] + terms.n_terms, previous, terms.n_terms)
             if previous is None:
                 self._check_statistics_fit(Xf.shape[2])
             # The standardized coordinates of all the data seen so far.  This
             # call's batch is accumulated separately, so that an invalid chunk
             # leaves the model as it was.
             scales, standardizer = self._continued_scales(data.scales(), previous)
-            stats = SufficientStatistics(Xf.shape[2], Yf.shape[-1], standardizer=standardizer)
+            if terms and scales is not None:
+                standardizer = terms.augment(standardizer, Yf.shape[-1])
+            stats = SufficientStatistics(Xf.shape[2], Yf.shape[-1] + terms.n_terms,
+                                         standardizer=standardizer)
             for Xc, lc, Yc, wc in data.solver_batches():
+                if terms:
+                    Yc = terms.with_targets(Xc, lc, Yc, self.readout)
                 stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
         if previous is not None:
             stats = previous.restandardized(stats.standardizer).merge(stats)
@@ -595,11 +515,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         return previous
 
     @staticmethod
-    def _check_outputs(d_out, previous):
+    def _check_outputs(d_out, previous, n_terms=0):
         if previous is not None and d_out != previous.d_out:
             raise ValueError(
-                f"y has {d_out} output(s), but partial_fit was started with "
-                f"d_out={previous.d_out}."
+                f"y has {d_out - n_terms} output(s), but partial_fit was started with "
+                f"d_out={previous.d_out - n_terms}."
             )
 
     @staticmethod
@@ -707,14 +627,27 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             )
         solution = solve_statistics(stats, float(self.alpha), self.solver)
         self._stats = stats
-        self._set_solution(solution, single_output=bool(single_output), start=start)
+        self._set_solution(
+            solution, single_output=bool(single_output), start=start,
+            resolve=lambda: solve_statistics(stats, 0.0, self.solver),
+        )
         return self
 
-    def _set_solution(self, solution, *, single_output, start):
+    def _set_solution(self, solution, *, single_output, start, batches=None, resolve=None):
         counts = solution.counts
         d = counts.d
         self._log(f"least squares on {n_attention_features(d)} features "
                   f"(solver={solution.method!r})", start)
+        terms = self._terms(d)
+        d_out = counts.d_out - terms.n_terms
+        self._stats_terms = (self.fit_intercept, self.fit_skip)
+        term_space = None
+        self.intercept_, self.skip_coef_ = np.zeros(d_out), np.zeros((d_out, d))
+        if terms:
+            solution, term_space, self.intercept_, self.skip_coef_ = fit_terms(
+                solution, terms, d_out, batches=batches, resolve=resolve,
+                alpha=float(self.alpha),
+            )
         standardizer = solution.standardizer
         self.coef_ = solution.coef
         self.standardization_ = standardizer
@@ -724,7 +657,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         # Same spectrum, same tolerance: no second pass over the data.
         self.certificate_ = IdentifiabilityCertificate._from_solution(
             solution, counts, readout=self.readout, **self._layout(),
-            n_tokens=counts.n_tokens, coef=solution.standardized_coef,
+            n_tokens=counts.n_tokens, coef=solution.standardized_coef, terms=term_space,
         )
         # Heads are found in the standardized coordinates, where the
         # coefficients are well scaled, and mapped back (the same function).
@@ -734,7 +667,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
         if self.n_heads is not None and V.shape[0] > self.n_heads:
-            judge = CompressionJudge(self.certificate_, counts, coef_std, standardizer)
+            judge = CompressionJudge(self.certificate_, counts, coef_std, standardizer,
+                                     n_outputs=d_out)
             V, Q, self.compression_residual_ = compress_heads(
                 folded, d, self.n_heads, tol=judge.tolerance(), random_state=self.random_state,
                 warn=False,
@@ -752,7 +686,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.key_query_matrices_ = Q
         self.n_heads_ = V.shape[0]
         self.n_features_in_ = d
-        self.n_outputs_ = counts.d_out
+        self.n_outputs_ = d_out
         self._single_output = bool(single_output)
 
     def predict_from_coefficients(self, X):
@@ -810,4 +744,4 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 Y[sl] = out
             else:
                 Y[sl][real[sl]] = out
-        return self._shape_output(Y)
+        return self._shape_output(self._add_terms(Y, X, lengths))

@@ -598,14 +598,16 @@ class CompressionJudge:
     _NOISE_DOF = 6.0
     _EXACT_RELATIVE = 1e-8
 
-    def __init__(self, certificate, counts, coef, standardizer):
+    def __init__(self, certificate, counts, coef, standardizer, n_outputs=None):
         self.cert, self.coef, self.st = certificate, coef, standardizer
         dof = certificate.rank * coef.shape[0]
         spare = counts.n_rows * coef.shape[0] - dof
         self.noise_fraction = max(self._NOISE_FRACTION,
                                   self._NOISE_DOF * dof / spare if spare > 0 else 0.0)
         W = counts.weight_sum if counts.weight_sum > 0 else float(counts.n_rows)
-        self.y_energy = float(np.sum(counts.y_sq)) / W if counts.y_sq is not None else 0.0
+        # Targets beyond n_outputs are the term columns of fit_intercept / fit_skip.
+        self.y_energy = (float(np.sum(counts.y_sq[:n_outputs])) / W
+                         if counts.y_sq is not None else 0.0)
         q = certificate._quadratic(coef)
         if q is not None:
             self.explained = float(np.sum(q))

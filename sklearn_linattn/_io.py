@@ -34,7 +34,7 @@ _FORMAT = "sklearn-linattn-model"
 # Version 2 added solver_ and n_iter_, the standardized coordinates and the
 # model in them, and stores _single_output under its attribute name;
 # version 1 files came from development snapshots only.
-_FORMAT_VERSION = 2
+_FORMAT_VERSION = 3
 
 # The fitted attributes a model file holds.  A scalar is given by its kind;
 # an array (always real floating point) by its shape in terms of
@@ -53,6 +53,8 @@ _ATTRIBUTES = {
     "coef_": lambda d, d_out, h: (d_out, n_attention_features(d)),
     "value_matrices_": lambda d, d_out, h: (h, d_out, d),
     "key_query_matrices_": lambda d, d_out, h: (h, d, d),
+    "intercept_": lambda d, d_out, h: (d_out,),
+    "skip_coef_": lambda d, d_out, h: (d_out, d),
 }
 # The standardized coordinates the model was fitted in (``standardization_``)
 # and the model in them, which ``predict`` evaluates; stored as plain arrays

@@ -313,7 +313,7 @@ def test_zero_heads_for_a_nonzero_function_are_refused(fitted, model_file, tmp_p
         ("n_iter_", np.float64(1.0), "must be an integer scalar"),
         ("n_heads_", np.arange(2), r"must be an integer scalar; found an array of shape \(2,\)"),
         ("_single_output", np.int64(1), "must be a boolean scalar"),
-        ("format_version", np.int64(1), "is 1; this version .* reads model format version 2"),
+        ("format_version", np.int64(1), "is 1; this version .* reads model format version 3"),
     ],
 )
 def test_scalar_entries_are_checked(model_file, tmp_path, key, value, match):

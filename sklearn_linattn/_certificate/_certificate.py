@@ -11,11 +11,11 @@ import numpy as np
 import scipy.sparse
 
 from .._features import attention_features, prefix_features, sparse_feature_rows
-from .._memory import iter_sample_chunks
-from .._standardize import TokenStandardizer, scale_per_sample
+from .._memory import iter_sample_chunks, real_tokens
+from .._standardize import TokenStandardizer, _ldexp, scale_per_sample
 from .._validation import check_number, check_sequences
 from ._rowspace import row_space_from_solution
-from ._witness import make_witness
+from ._witness import make_term_witness, make_witness
 
 __all__ = ["IdentifiabilityCertificate"]
 
@@ -95,7 +95,20 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     rank_is_bound : bool
         Whether ``rank`` is an upper bound rather than the rank.
     n_features : int
-        Number of cubic features psi = d**2 (d + 1) / 2.
+        Number of cubic features psi = d**2 (d + 1) / 2, plus ``n_terms``.
+    n_terms : int
+        Number of intercept and skip columns of a model fitted with
+        ``fit_intercept`` / ``fit_skip`` (1 + d with both; 0 without).  The
+        certificate is then about the whole linear class: it holds iff
+        Lambda_D's verdict holds and the term columns are determined
+        (``term_min_eigenvalue`` above its rounding threshold, see the user
+        guide); ``rank`` counts both.
+    term_min_eigenvalue : float or None
+        Smallest eigenvalue of the term columns' Schur complement
+        ``E^T W (I - Pi) E`` relative to ``E^T W E`` (``Pi`` the projection on
+        the span of the attention features over the training rows): the least
+        fraction of any combination of the term columns that attention cannot
+        reproduce, in [0, 1].  None without terms.
     n_features_in : int
         Token dimension d.
     n_samples : int
@@ -132,7 +145,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     """
 
     def __init__(self, row_space, stats, *, readout, standardizer=None, layout=_Layout(),  # numpydoc ignore=PR01,EX01
-                 coef=None):
+                 coef=None, terms=None):
         """Built by :meth:`_from_solution`.
 
         ``row_space`` is the solver's representation of Lambda_D at the
@@ -140,9 +153,11 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         dimension, the row and sample counts and the dtype; ``layout`` says
         how inputs of ``covers`` / ``error_bound`` are read and how long the
         witness input is; ``coef`` is the fitted standardized model, the
-        witness's ``model_a``.
+        witness's ``model_a``; ``terms`` (a ``_terms.TermSpace``) the
+        intercept and skip columns of a model fitted with them.
         """
         self._row_space = row_space
+        self._terms = terms
         self.n_features_in = int(stats.d)
         self.n_features = row_space.n_features
         self.n_rows = int(stats.n_rows)
@@ -164,11 +179,17 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         self.identifiable = row_space.identifiable
         self.rank = row_space.rank
         self.rank_is_bound = row_space.rank_is_bound
+        self.n_terms = 0 if terms is None else terms.n_terms
+        self.term_min_eigenvalue = None if terms is None else terms.min_eigenvalue
+        if terms is not None:
+            self.n_features += terms.n_terms
+            self.rank += terms.rank
+            self.identifiable = self.identifiable and terms.identifiable
 
     @classmethod
     def _from_solution(
         cls, solution, stats, *, readout, tol=None, token_dim=None, data_format="channels_last",
-        n_tokens=None, coef=None,
+        n_tokens=None, coef=None, terms=None,
     ):
         """Certificate from the spectrum a fit already computed (no second pass).
 
@@ -198,11 +219,13 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             Fitted coefficients of the standardized problem
             (``solution.standardized_coef``); when given, the witness's
             ``model_a`` is this fitted model.
+        terms : TermSpace or None
+            The intercept and skip columns of the fit (``_terms``), if any.
         """
         return cls(
             row_space_from_solution(solution, stats, tol), stats, readout=readout,
             standardizer=solution.standardizer,
-            layout=_Layout(token_dim, data_format, n_tokens), coef=coef,
+            layout=_Layout(token_dim, data_format, n_tokens), coef=coef, terms=terms,
         )
 
     @property
@@ -313,6 +336,14 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             f"  tol          {self.tol:<10.4g}  {self._tol_rule()}",
             f"  rank         {'at most ' if self.rank_is_bound else ''}{self.rank} of "
             f"psi = {psi}",
+        ]
+        if self._terms is not None:
+            lines += [
+                f"  terms        {self.n_terms} intercept/skip columns, {self._terms.rank} "
+                f"determined (least unexplained fraction {self.term_min_eigenvalue:.3g}, "
+                f"tol {self._terms.tol:.2g})",
+            ]
+        lines += [
             f"  data         {self.n_samples} sequences of d = {self.n_features_in}, "
             f"N = {self.n_rows} feature rows (readout={self.readout!r})",
         ]
@@ -349,7 +380,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             expected_by="the certificate is about tokens of that dimension",
         )
         space, st = self._row_space, self.standardization
-        if not self.identifiable and not space.resolves_null_space:
+        if not self._row_space.identifiable and not space.resolves_null_space:
             raise space.unavailable("covers() and error_bound() on a failed certificate")
         n_samples = X.shape[0]
         rows_per_sample = 1 if self.readout == "last" else X.shape[1]
@@ -357,7 +388,12 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         leverage = np.empty(n_samples)
         scale = np.zeros(n_samples, dtype=np.int64)
         # Sparse rows give coordinates in a basis, not the factor's solves.
-        sparse_ok = space.resolves_null_space and self.n_features >= _SPARSE_MIN_PSI
+        terms = self._terms
+        if terms is not None and not self._row_space.identifiable and (
+                not space.resolves_null_space):
+            raise space.unavailable("covers() and error_bound() on a failed certificate")
+        sparse_ok = (space.resolves_null_space and self.n_features >= _SPARSE_MIN_PSI
+                     and terms is None)
         for sl in iter_sample_chunks(n_samples, rows_per_sample * self.n_features):
             Xc, f = scale_per_sample(st.transform(X[sl]))
             scale[sl] = f
@@ -376,10 +412,34 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
                 H = attention_features(Xc, lengths[sl])[:, None, :]
             else:
                 H = prefix_features(Xc, lengths[sl])  # padded rows are zero
-            row_cov, lev = space.coverage(st.scale_features(H))
+            H = st.scale_features(H)
+            row_cov, lev = space.coverage(H)
+            if terms is not None:
+                row_cov, lev = self._with_terms(X[sl], lengths[sl], H, f, row_cov, lev)
             covered[sl] = row_cov.all(axis=1)
             leverage[sl] = np.where(row_cov, lev, np.inf).max(axis=1)
         return covered, leverage, scale
+
+    def _with_terms(self, X, lengths, H, f, row_cov, lev):
+        """Coverage and leverage of rows with their intercept and skip columns.
+
+        The leverage of the whole row ``[e, h]`` is ``h^T Lambda_D^+ h`` plus
+        that of the term residual ``r = e - c_E h`` in ``K / W`` (block
+        elimination); both are returned at the sequence's scale ``2**-f``.
+        """
+        terms = self._terms
+        E = terms.terms.standardized_rows(X, lengths, self.readout, self.standardization)
+        E = E[:, None, :] if self.readout == "last" else E
+        with np.errstate(over="ignore", invalid="ignore"):
+            R = terms.residuals(E, _ldexp(H, 3 * f[:, None, None]))
+            lev_terms = terms.leverage(R)
+            lev = lev + _ldexp(lev_terms, -6 * f[:, None])
+        cov = row_cov & terms.covered(R)
+        if self.readout == "all":  # padded rows have no term columns
+            pad = ~real_tokens(lengths, X.shape[1])
+            cov = cov | pad
+            lev = np.where(pad, 0.0, lev)
+        return cov, np.where(np.isnan(lev), np.inf, lev)
 
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
@@ -568,7 +628,12 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
                 f"{self.min_eigenvalue:.3g} > tol {self.tol:.3g}), so every empirical "
                 "risk minimizer computes the same function on every input."
             )
+        if self._row_space.identifiable:
+            return make_term_witness(
+                self._terms, self.standardization, self._layout, d=self.n_features_in,
+                coef=self._coef, readout=self.readout, random_state=random_state,
+            )
         return make_witness(
             self._row_space, self.standardization, self._layout, d=self.n_features_in,
-            coef=self._coef, random_state=random_state,
+            coef=self._coef, random_state=random_state, terms=self._terms,
         )

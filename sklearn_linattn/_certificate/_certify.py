@@ -1,6 +1,8 @@
 """certify_identifiability: the certificate of a set of training sequences."""
 
 from .._solvers import REGISTRY, SOLVERS, solve_arrays, solve_statistics
+from .._standardize import standardizer_for
+from .._terms import LinearTerms, fit_terms
 from .._validation import (
     check_data_format,
     check_number,
@@ -20,7 +22,7 @@ def _check_tol(tol):
 
 def certify_identifiability(
     X, *, readout="last", token_dim=None, tol=None, sample_weight=None, solver="auto",
-    data_format="channels_last",
+    data_format="channels_last", fit_intercept=False, fit_skip=False,
 ):
     """Certify whether the inputs X identify every linear-attention model that fits them.
 
@@ -58,6 +60,11 @@ def certify_identifiability(
         Layout of X: (n_samples, n_tokens, d), or (n_samples, d, n_tokens) as
         aeon and sktime store multivariate series.  The certificate's
         ``covers``, ``error_bound`` and ``witness`` use the same layout.
+    fit_intercept, fit_skip : bool, default=False
+        Certify the class with an intercept and/or a skip term in the row's
+        token, as ``LinearAttentionRegressor(fit_intercept=..., fit_skip=...)``
+        fits it: the certificate then also needs the term columns to be
+        separable from attention (``term_min_eigenvalue``).
 
     Returns
     -------
@@ -118,11 +125,26 @@ def certify_identifiability(
     tol = _check_tol(tol)
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
+    for name, value in (("fit_intercept", fit_intercept), ("fit_skip", fit_skip)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False; got {value!r}.")
     X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
+    terms = LinearTerms(X.shape[2], intercept=fit_intercept, skip=fit_skip)
+    Y = standardizer = None
+    if terms:
+        # The term columns are the only targets: their fit by attention gives K.
+        Y = terms.columns(X, lengths, readout)
+        standardizer = terms.augment(standardizer_for(X, lengths, None, sample_weight), 0)
     solution = solve_arrays(
-        X, lengths, None, readout=readout, solver=solver, sample_weight=sample_weight
+        X, lengths, Y, readout=readout, solver=solver, sample_weight=sample_weight,
+        standardizer=standardizer,
     )
+    space = None
+    if terms:
+        solution, space, _, _ = fit_terms(
+            solution, terms, 0, batches=lambda: iter([(X, lengths, Y, sample_weight)]),
+        )
     stats = solution.counts
     if (
         tol is not None
@@ -135,5 +157,5 @@ def certify_identifiability(
         solution = solve_statistics(stats, solver="eigh")
     return IdentifiabilityCertificate._from_solution(
         solution, stats, readout=readout, tol=tol, token_dim=token_dim,
-        data_format=data_format, n_tokens=X.shape[1],
+        data_format=data_format, n_tokens=X.shape[1], terms=space,
     )

@@ -8,7 +8,7 @@ from .._features import attention_features
 from .._heads import heads_from_coefficients
 from .._validation import to_data_format, validate_random_state
 
-__all__ = ["Witness", "make_witness"]
+__all__ = ["Witness", "make_term_witness", "make_witness"]
 
 # Random candidate inputs tried by ``make_witness``; the one whose features
 # stick out of the training span the most (relative to their norm) is returned.
@@ -39,7 +39,13 @@ class Witness:  # numpydoc ignore=PR01
     null_vector : ndarray of shape (psi,)
         Unit vector of folded coefficients, in the null space of the training
         features, along which the two models differ: ``p(model_b) - p(model_a)``
-        is a multiple of it in every output row.
+        is a multiple of it in every output row (zero when only the intercept
+        and skip terms differ and attention cannot reproduce them at all).
+    terms_a, terms_b : tuple (intercept, skip) or None
+        For a model fitted with ``fit_intercept`` / ``fit_skip``: each model's
+        intercept (d_out,) and skip coefficients (d_out, d), added to its
+        attention output (``b + W x_last``).  They differ when the training
+        data do not separate the terms from attention.  None without terms.
 
     Examples
     --------
@@ -59,6 +65,8 @@ class Witness:  # numpydoc ignore=PR01
     model_b: tuple
     input: np.ndarray
     null_vector: np.ndarray
+    terms_a: tuple | None = None
+    terms_b: tuple | None = None
 
     def __repr__(self):
         return (
@@ -68,7 +76,8 @@ class Witness:  # numpydoc ignore=PR01
         )
 
 
-def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=None):
+def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=None,
+                 terms=None):
     """The witness of a failed certificate (see ``IdentifiabilityCertificate.witness``).
 
     Parameters
@@ -85,6 +94,8 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
         Fitted standardized coefficients, the base model; None: a random one.
     random_state : int, RandomState instance or None
         Seeds the candidate inputs (and the random base model).
+    terms : TermSpace or None
+        The fit's intercept and skip columns; both models keep them.
     """
     rng = validate_random_state(random_state)
     n_tokens = max(layout.n_tokens or d + 1, 2)  # one token reaches only symmetric monomials
@@ -118,9 +129,59 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
     st = standardizer
     user_null = st.coef_to_user(w, targets=False)
     user_null = user_null / np.abs(user_null).max()
+    shared = None
+    if terms is not None:
+        beta = (terms.beta if terms.beta.shape[1] == coef.shape[0]
+                else np.zeros((terms.n_terms, coef.shape[0])))
+        shared = terms.terms.to_user(beta, st, coef.shape[0])
     return Witness(
         model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef), d)),
         model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
         input=to_data_format(st.inputs_to_user(Z)[None], layout.data_format)[0],
         null_vector=user_null / np.linalg.norm(user_null),
+        terms_a=shared, terms_b=shared,
+    )
+
+
+def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_state=None):
+    """The witness when attention is determined but the intercept or skip terms are not.
+
+    Along an undetermined term direction u (``K u = 0``), the models
+    ``(beta, c)`` and ``(beta + t u, c - t u^T c_E)`` agree on every training
+    row; at an input they differ by ``t u . (e - c_E h)``.  The input is the
+    candidate where that is largest relative to its term residual; t makes
+    the difference as large as model_a's own output there (at least 1 in the
+    standardized units of the targets).
+    """
+    rng = validate_random_state(random_state)
+    st = standardizer
+    n_tokens = max(layout.n_tokens or d + 1, 2)
+    Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
+    lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
+    h = st.scale_features(attention_features(Z, lengths))
+    Zu = st.inputs_to_user(Z)
+    E = terms.terms.standardized_rows(Zu, lengths, "last", st)
+    R = terms.residuals(E, h)
+    u = terms.null_directions[:, 0]
+    along = R @ u
+    best = int(np.argmax(np.abs(along) / np.maximum(np.linalg.norm(R, axis=1), 1e-300)))
+    beta = terms.beta
+    if coef is None or coef.shape[0] == 0 or beta.shape[1] != coef.shape[0]:
+        # A certificate of inputs alone: a zero base model with one output.
+        coef, beta = np.zeros((1, h.shape[1])), np.zeros((terms.n_terms, 1))
+    out_a = coef @ h[best] + beta.T @ E[best]
+    t = max(float(np.abs(out_a).max()), 1.0) / abs(float(along[best]))
+    beta_b = beta + t * u[:, None]
+    shift = -t * (u @ terms.coef_terms)
+    coef_b = coef + shift[None, :]
+    user_null = st.coef_to_user(shift, targets=False)
+    norm = np.linalg.norm(user_null)
+    d_out = coef.shape[0]
+    return Witness(
+        model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef), d)),
+        model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
+        input=to_data_format(Zu[best][None], layout.data_format)[0],
+        null_vector=user_null / norm if norm > 0 else user_null,
+        terms_a=terms.terms.to_user(beta, st, d_out),
+        terms_b=terms.terms.to_user(beta_b, st, d_out),
     )

@@ -1,0 +1,387 @@
+"""Intercept and skip terms beside the attention features, eliminated exactly around any solver.
+
+A model with linear terms is ``y = b + W x_row + c H_row``: a constant and the
+row's own token (the last token for ``readout="last"``, the current one for
+``"all"``: the residual path of a transformer block) beside the cubic
+features.  Writing ``E_row`` for the term columns (``1`` and ``x_row``), the
+least squares with ``b, W`` unpenalized splits exactly (block elimination,
+the Frisch-Waugh-Lovell theorem) into solves of the attention problem alone:
+
+- the solver fits the attention features to the targets *and* to the term
+  columns (``c_Y`` and ``c_E``: a few more outputs, the same Gram matrix);
+- with ``A = E^T W E - E^T W Phi c_E^T`` and ``b = E^T W Y - E^T W Phi c_Y^T``
+  the terms are ``beta = A^+ b`` and the attention coefficients
+  ``c = c_Y - beta^T c_E``.
+
+For every ridge penalty on c this is the joint minimizer (``A = E^T M E``
+with ``M = I - Phi (G + alpha P)^{-1} Phi^T``).  At ``alpha = 0``, ``A`` is the
+Schur complement ``K = E^T W (I - Pi) E`` of the Gram matrix of ``[E, Phi]``
+(``Pi`` the projection on the span of the attention features): the part of
+the term columns that attention cannot reproduce on the training rows.  The
+whole linear class is identified iff the attention features are (the
+certificate's Lambda_D) and K is positive definite; :class:`TermSpace` holds
+K for the certificate.
+
+Everything is computed in standardized coordinates: the term columns are
+``1`` and the tokens scaled by the standardizer's powers of two, carried as
+extra targets (:meth:`LinearTerms.augment`).
+"""
+
+from dataclasses import replace
+
+import numpy as np
+
+from ._features import features_matvec
+from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
+from ._solvers._rows import chunk_rows
+from ._standardize import TokenStandardizer, _check_finite, _ldexp
+
+__all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms"]
+
+_EPS = float(np.finfo(np.float64).eps)
+
+
+class LinearTerms:
+    """Which linear terms a model has beside attention: a constant, the row's token.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    intercept : bool
+        A constant term b (one per output).
+    skip : bool
+        A linear term ``W x_row`` in the row's token (d per output).
+    """
+
+    def __init__(self, d, *, intercept=False, skip=False):
+        self.d = int(d)
+        self.intercept = bool(intercept)
+        self.skip = bool(skip)
+
+    @property
+    def n_terms(self):
+        """Number of term columns (``intercept + d * skip``)."""
+        return int(self.intercept) + self.d * int(self.skip)
+
+    def __bool__(self):
+        return self.n_terms > 0
+
+    def exponents(self, standardizer):
+        """Power-of-two exponents of the term columns in standardized units."""
+        parts = [np.zeros(int(self.intercept), dtype=np.int64)]
+        if self.skip:
+            parts.append(standardizer.exponents)
+        return np.concatenate(parts)
+
+    def augment(self, standardizer, d_out):
+        """The standardizer with the term columns appended to the targets."""
+        ey = (standardizer.y_exponents if standardizer.y_exponents is not None
+              else np.zeros(d_out, dtype=np.int64))
+        return TokenStandardizer(
+            standardizer.exponents, standardizer.whitening,
+            y_exponents=np.concatenate([ey[:d_out], self.exponents(standardizer)]),
+            weight_exponent=standardizer.weight_exponent,
+        )
+
+    @staticmethod
+    def restrict(standardizer, d_out):
+        """The standardizer of the first d_out targets only."""
+        ey = standardizer.y_exponents
+        return TokenStandardizer(
+            standardizer.exponents, standardizer.whitening,
+            y_exponents=None if ey is None else ey[:d_out],
+            weight_exponent=standardizer.weight_exponent,
+        )
+
+    def columns(self, X, lengths, readout):
+        """Term columns of every row, in the data's units.
+
+        ``readout="last"``: shape (n_samples, n_terms), the row of each
+        sequence's last token; ``"all"``: (n_samples, n_tokens, n_terms), zero
+        at padded positions.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        lengths = np.asarray(lengths)
+        n, T, d = X.shape
+        if readout == "last":
+            x = X[np.arange(n), np.maximum(lengths - 1, 0)]
+            ones = np.ones((n, int(self.intercept)))
+        else:
+            real = real_tokens(lengths, T)
+            x = np.where(real[:, :, None], X, 0.0)
+            ones = np.broadcast_to(real[:, :, None], (n, T, int(self.intercept))).astype(float)
+        parts = [ones] + ([x] if self.skip else [])
+        return np.concatenate(parts, axis=-1)
+
+    def with_targets(self, X, lengths, Y, readout):
+        """Targets with the term columns appended along the last axis."""
+        E = self.columns(X, lengths, readout)
+        Y = np.asarray(Y, dtype=np.float64)
+        if readout == "all":
+            Y = np.where(real_tokens(lengths, Y.shape[1])[:, :, None], Y, 0.0)
+        return np.concatenate([Y, E], axis=-1)
+
+    def names(self, input_features):
+        """Names of the term columns: ``"1"`` and ``"last[x]"`` per coordinate."""
+        return (["1"] if self.intercept else []) + (
+            [f"last[{name}]" for name in input_features] if self.skip else [])
+
+    def to_user(self, beta, standardizer, d_out):
+        """Standardized term coefficients (n_terms, d_out) -> ``(intercept, skip)`` in the data's units.
+
+        Both are zero arrays for the terms the model does not have:
+        intercept of shape (d_out,), skip of shape (d_out, d).
+        """
+        ey = standardizer.y_exponents
+        # A certificate of inputs alone has no targets: its models are unscaled.
+        ey = ey[:d_out] if ey is not None and ey.size >= d_out else np.zeros(d_out, np.int64)
+        intercept = np.zeros(d_out)
+        skip = np.zeros((d_out, self.d))
+        i = 0
+        if self.intercept:
+            intercept = _ldexp(beta[0], ey)
+            i = 1
+        if self.skip:
+            skip = _ldexp(beta[i:].T, ey[:, None] - standardizer.exponents[None, :])
+        what = "The intercept and skip coefficients in the data's units"
+        return _check_finite(intercept, what), _check_finite(skip, what)
+
+    def standardized_rows(self, X, lengths, readout, standardizer):
+        """Term columns in standardized units: ``(n_rows_total, n_terms)`` over every row slot.
+
+        Shape (n_samples, n_terms) for ``"last"``, (n_samples, n_tokens,
+        n_terms) for ``"all"`` (zero at padding).
+        """
+        E = self.columns(X, lengths, readout)
+        return np.ldexp(E, -self.exponents(standardizer))
+
+
+def cross_products(batches, coef, standardizer, readout):
+    """``E^T W Phi coef^T`` over every training row, for the term columns carried as targets.
+
+    Parameters
+    ----------
+    batches : iterable
+        ``(X, lengths, Y_aug, sample_weight)`` batches whose targets end with
+        the term columns (:meth:`LinearTerms.with_targets`).
+    coef : ndarray of shape (k, psi)
+        Standardized coefficients.
+    standardizer : TokenStandardizer
+        The augmented standardizer (:meth:`LinearTerms.augment`).
+    readout : {"last", "all"}
+
+    Returns
+    -------
+    cross : ndarray of shape (n_targets, k)
+        ``Y^T W Phi coef^T`` for the standardized targets Y of the batches
+        (term columns included) and rows of positive weight.
+    """
+    out = None
+    for X, lengths, Y, w in batches:
+        n_samples, n_tokens, d = X.shape
+        per_row = 2 * n_pairs(d) + 2 * d + 2 * Y.shape[-1] + coef.shape[0]
+        for sl in iter_sample_chunks(n_samples, sample_values(d, n_tokens, readout, per_row)):
+            S, x, wr, Yr = chunk_rows(X, lengths, sl, readout, Y, w, standardizer)
+            if S.shape[0] == 0:
+                continue
+            pred = features_matvec(S, x, coef)
+            Yw = Yr if wr is None else Yr * wr[:, None]
+            part = Yw.T @ pred
+            out = part if out is None else out + part
+    return out
+
+
+def _normalized_spectrum(A, EE):
+    """Eigen-decomposition of A relative to EE (both n_terms x n_terms, symmetric).
+
+    Returns ``(T, mu, V, empty)``: ``T`` maps normalized coordinates to term
+    coefficients (``T^T EE T = I`` on the range of EE), ``mu`` and ``V`` the
+    eigenvalues and eigenvectors of ``T^T A T`` (in [0, 1] for the Schur
+    complement), ``empty`` the directions of EE that no training row uses.
+    """
+    lam, Q = np.linalg.eigh((EE + EE.T) / 2)
+    lam_max = max(float(lam[-1]), 0.0)
+    keep = lam > lam_max * EE.shape[0] * _EPS * 16 if lam_max > 0 else np.zeros(lam.shape, bool)
+    T = Q[:, keep] / np.sqrt(lam[keep])
+    An = T.T @ A @ T
+    mu, V = np.linalg.eigh((An + An.T) / 2)
+    return T, mu, V, Q[:, ~keep]
+
+
+def eliminate(coef, y_cross, cross, d_out, *, tol=None):
+    """Terms and attention coefficients from the joint solve (block elimination).
+
+    Parameters
+    ----------
+    coef : ndarray of shape (d_out + n_terms, psi)
+        Standardized coefficients ``[c_Y; c_E]`` of the solve with the term
+        columns as extra targets.
+    y_cross : ndarray of shape (d_out + n_terms, d_out + n_terms)
+        ``[Y, E]^T W [Y, E]`` (standardized).
+    cross : ndarray of shape (d_out + n_terms, d_out + n_terms)
+        ``[Y, E]^T W Phi coef^T``.
+    d_out : int
+    tol : float or None
+        Relative eigenvalue threshold of the normalized ``A`` (None: the
+        rounding rule ``n_terms * 16 eps``).
+
+    Returns
+    -------
+    beta : ndarray of shape (n_terms, d_out)
+        Standardized term coefficients (minimum norm in the metric of EE
+        when A is singular).
+    attention : ndarray of shape (d_out, psi)
+        ``c_Y - beta^T c_E``.
+    """
+    EE, EY = y_cross[d_out:, d_out:], y_cross[d_out:, :d_out]
+    A = EE - cross[d_out:, d_out:]
+    b = EY - cross[d_out:, :d_out]
+    T, mu, V, _ = _normalized_spectrum((A + A.T) / 2, EE)
+    rule = EE.shape[0] * 16 * _EPS if tol is None else tol
+    inv = np.where(mu > rule, 1.0 / np.where(mu > rule, mu, 1.0), 0.0)
+    TV = T @ V
+    beta = TV @ (inv[:, None] * (TV.T @ b))
+    return beta, coef[:d_out] - beta.T @ coef[d_out:]
+
+
+class TermSpace:
+    """What the certificate knows about the term columns: their Schur complement K.
+
+    Parameters
+    ----------
+    terms : LinearTerms
+    coef_terms : ndarray of shape (n_terms, psi)
+        ``c_E`` of the unpenalized (minimum-norm) solve: the attention
+        features' best reproduction of each term column.
+    y_cross, cross : ndarray
+        As for :func:`eliminate` (from the unpenalized solve).
+    d_out : int
+    weight_sum : float
+        Sum of the standardized row weights W.
+    condition : float
+        ``lambda_max / lambda_min`` of Lambda_D over the directions the
+        attention features determine: the rounding of K grows with it.
+    beta : ndarray of shape (n_terms, d_out)
+        The fitted standardized term coefficients (the witness's base model).
+
+    Attributes
+    ----------
+    min_eigenvalue : float
+        Smallest eigenvalue of K relative to ``E^T W E`` (in [0, 1]; 0 when
+        some term direction is not used by any training row).
+    tol : float
+        ``n_terms * 16 eps * condition`` (at most 0.5): values at or below
+        count as zero.
+    rank : int
+        Number of term directions determined.
+    identifiable : bool
+        ``rank == n_terms``.
+    """
+
+    def __init__(self, terms, coef_terms, y_cross, cross, d_out, *, weight_sum, condition,
+                 beta):
+        self.terms = terms
+        self.n_terms = terms.n_terms
+        self.coef_terms = np.asarray(coef_terms, dtype=np.float64)
+        self.beta = np.asarray(beta, dtype=np.float64)
+        self.weight_sum = float(weight_sum)
+        EE = y_cross[d_out:, d_out:]
+        K = EE - cross[d_out:, d_out:]
+        T, mu, V, empty = _normalized_spectrum((K + K.T) / 2, EE)
+        self.tol = float(min(0.5, self.n_terms * 16 * _EPS * max(1.0, condition)))
+        good = mu > self.tol
+        self.rank = int(np.count_nonzero(good))
+        self.identifiable = self.rank == self.n_terms
+        self.min_eigenvalue = (float(max(mu.min(), 0.0)) if empty.shape[1] == 0 and mu.size
+                               else 0.0)
+        # K^+ in term coordinates, over the determined directions.
+        TV = T @ V[:, good]
+        self._inverse_root = TV / np.sqrt(mu[good])
+        null = np.concatenate([T @ V[:, ~good], empty], axis=1)
+        self.null_directions = null / np.maximum(np.linalg.norm(null, axis=0), 1e-300)
+
+    def residuals(self, E, H):
+        """Term columns minus their attention reproduction, ``E - H c_E^T``."""
+        return E - H @ self.coef_terms.T
+
+    def leverage(self, R):
+        """``r^T (K / W)^+ r`` of each row r of R (..., n_terms)."""
+        Z = R @ self._inverse_root
+        return self.weight_sum * np.einsum("...k,...k->...", Z, Z)
+
+    def covered(self, R):
+        """Rows whose residual has no component along an undetermined term direction."""
+        if self.null_directions.shape[1] == 0:
+            return np.ones(R.shape[:-1], dtype=bool)
+        along = R @ self.null_directions
+        r2 = np.einsum("...k,...k->...", R, R)
+        return np.einsum("...k,...k->...", along, along) <= self.tol * r2
+
+
+def _condition(solution):
+    """lambda_max over the smallest eigenvalue the attention features determine."""
+    lam_max = solution.lambda_max
+    w = solution.eigenvalues
+    if w is not None and np.any(w > solution.tol):
+        small = float(w[w > solution.tol].min())
+    elif solution.rank >= solution.n_features and solution.lambda_min > solution.tol:
+        small = solution.lambda_min - solution.lambda_min_error
+    else:
+        small = solution.tol
+    return lam_max / small if small > 0 else np.inf
+
+
+def fit_terms(solution, terms, d_out, *, batches=None, resolve=None, alpha=0.0):
+    """Split a joint solve into the attention model and its linear terms.
+
+    Parameters
+    ----------
+    solution : SpectralSolution
+        The solve with the term columns as extra targets (augmented
+        standardizer), with its counts.
+    terms : LinearTerms
+    d_out : int
+        Number of real outputs.
+    batches : callable or None
+        ``batches()`` iterates over the augmented training batches: needed
+        when the counts hold no moment (the solvers on the data).
+    resolve : callable or None
+        ``resolve()`` returns the unpenalized solve (needed when alpha > 0:
+        the certificate is about the data, never the penalty).
+    alpha : float
+        The ridge penalty of ``solution``.
+
+    Returns
+    -------
+    solution : SpectralSolution
+        The attention coefficients alone, in the standardizer of the real
+        outputs.
+    space : TermSpace
+        The term columns' part of the certificate.
+    intercept, skip : ndarray of shape (d_out,) and (d_out, d)
+        In the data's units.
+    """
+    counts = solution.counts
+
+    def cross_of(sol):
+        if getattr(counts, "moment", None) is not None:
+            return counts.moment.T @ sol.standardized_coef.T
+        return cross_products(batches(), sol.standardized_coef, sol.standardizer,
+                              counts.readout)
+
+    cross = cross_of(solution)
+    beta, coef = eliminate(solution.standardized_coef, counts.y_cross, cross, d_out)
+    free = solution if not alpha else resolve()
+    cross_free = cross if free is solution else cross_of(free)
+    space = TermSpace(
+        terms, free.standardized_coef[d_out:], counts.y_cross, cross_free, d_out,
+        weight_sum=counts.weight_sum, condition=_condition(free), beta=beta,
+    )
+    standardizer = LinearTerms.restrict(solution.standardizer, d_out)
+    intercept, skip = terms.to_user(beta, solution.standardizer, d_out)
+    # Without real outputs (a certificate of inputs alone) there is no model.
+    attention = replace(solution, coef=None, standardized_coef=coef if d_out else None,
+                        standardizer=standardizer)
+    attention.counts = counts
+    return attention, space, intercept, skip

@@ -1,0 +1,185 @@
+"""The cubic feature map as a scikit-learn transformer."""
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._base import sequence_tags
+from ._features import attention_features, feature_names, n_attention_features
+from ._terms import LinearTerms
+from ._validation import check_data_format, check_sequences
+
+__all__ = ["LinearAttentionFeatures"]
+
+
+class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
+    """Cubic features of multi-head linear attention (the paper's Algorithm 2).
+
+    Maps each sequence to the psi = d**2 (d + 1) / 2 features
+    ``S[j, k] * x_last[l]`` (j <= k) with ``S = sum_t x_t x_t^T``: every
+    one-layer multi-head linear attention, with any number of heads, is a
+    linear function of them.  Any linear model on these features is a
+    linear-attention model.
+
+    Parameters
+    ----------
+    token_dim : int or None, default=None
+        Token dimension for 2-D input: each row of a 2-D X is read as
+        ``n_columns // token_dim`` tokens.  None reads 2-D X as univariate
+        sequences (d = 1).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d) with tokens
+        along axis 1 (tslearn's, the package's own); ``"channels_first"`` is
+        (n_samples, d, n_tokens), the "numpy3D" layout of aeon and sktime
+        (n_samples, n_channels, n_timepoints).
+    include_bias : bool, default=False
+        Prepend a constant column ``1`` (the intercept of
+        ``LinearAttentionRegressor(fit_intercept=True)``).
+    include_skip : bool, default=False
+        Prepend the last token's d coordinates (after the constant): the skip
+        term of ``LinearAttentionRegressor(fit_skip=True)``.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Token dimension d seen in ``fit``.
+    n_features_out_ : int
+        Number of features: psi, plus 1 with ``include_bias`` and d with
+        ``include_skip``.
+
+    See Also
+    --------
+    LinearAttentionRegressor : least squares on these features, returned as
+        attention heads.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import LinearAttentionFeatures
+    >>> X = np.random.default_rng(0).normal(size=(5, 4, 2))
+    >>> feats = LinearAttentionFeatures().fit(X)
+    >>> feats.transform(X).shape
+    (5, 6)
+    >>> list(feats.get_feature_names_out()[:2])
+    ['S[x0,x0]*last[x0]', 'S[x0,x0]*last[x1]']
+    """
+
+    def __init__(self, token_dim=None, *, data_format="channels_last", include_bias=False,
+                 include_skip=False):
+        self.token_dim = token_dim
+        self.data_format = data_format
+        self.include_bias = include_bias
+        self.include_skip = include_skip
+
+    def _terms(self, d):
+        for name in ("include_bias", "include_skip"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        return LinearTerms(d, intercept=self.include_bias, skip=self.include_skip)
+
+    def _layout(self):
+        return {"token_dim": self.token_dim, "data_format": check_data_format(self.data_format)}
+
+    def fit(self, X, y=None):
+        """Record the token dimension of X.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences; trailing all-NaN tokens are padding.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : LinearAttentionFeatures
+            The fitted transformer, with ``n_features_in_`` and
+            ``n_features_out_`` set.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionFeatures
+        >>> feats = LinearAttentionFeatures().fit(np.zeros((5, 4, 3)))
+        >>> feats.n_features_in_, feats.n_features_out_  # d and d**2 (d + 1) / 2
+        (3, 18)
+        """
+        X, _ = check_sequences(X, **self._layout())
+        self.n_features_in_ = X.shape[2]
+        self.n_features_out_ = n_attention_features(X.shape[2]) + self._terms(X.shape[2]).n_terms
+        return self
+
+    def transform(self, X):
+        """Cubic attention features of each sequence.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of any length, with the token dimension d seen in
+            ``fit``; trailing all-NaN tokens are padding.
+
+        Returns
+        -------
+        H : ndarray of shape (n_samples, n_features_out_), float64
+            The features ``S[j, k] * x_last[l]`` (j <= k) of each sequence,
+            after the constant and last-token columns when asked for, in the
+            order of :meth:`get_feature_names_out`.
+
+        Examples
+        --------
+        Features sum over the tokens, so they grow with the length:
+
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionFeatures
+        >>> X = [np.ones((3, 2)), np.ones((5, 2))]  # two sequences, 3 and 5 tokens
+        >>> LinearAttentionFeatures().fit(X).transform(X)
+        array([[3., 3., 3., 3., 3., 3.],
+               [5., 5., 5., 5., 5., 5.]])
+        """
+        check_is_fitted(self)
+        X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
+        X = np.asarray(X, dtype=np.float64)
+        H = attention_features(X, lengths)
+        terms = self._terms(X.shape[2])
+        return np.hstack([terms.columns(X, lengths, "last"), H]) if terms else H
+
+    def get_feature_names_out(self, input_features=None):
+        """Names ``S[xj,xk]*last[xl]`` of the output features.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None
+            Names of the d token coordinates; default ``x0, ..., x{d-1}``.
+
+        Returns
+        -------
+        names : ndarray of str objects, shape (n_features_out_,)
+            One name per column of :meth:`transform`: ``"1"`` and
+            ``"last[x]"`` for the term columns, then the cubic features.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import LinearAttentionFeatures
+        >>> feats = LinearAttentionFeatures().fit(np.zeros((1, 3, 2)))
+        >>> feats.get_feature_names_out(["price", "volume"])[:2].tolist()
+        ['S[price,price]*last[price]', 'S[price,price]*last[volume]']
+        """
+        check_is_fitted(self)
+        if input_features is not None and len(input_features) != self.n_features_in_:
+            raise ValueError(
+                f"input_features must name the {self.n_features_in_} token coordinates; "
+                f"got {len(input_features)} names."
+            )
+        names = feature_names(self.n_features_in_, input_features)
+        terms = self._terms(self.n_features_in_)
+        if not terms:
+            return names
+        coords = (list(input_features) if input_features is not None
+                  else [f"x{j}" for j in range(self.n_features_in_)])
+        return np.concatenate([np.asarray(terms.names(coords), dtype=object), names])
+
+    def __sklearn_tags__(self):
+        tags = sequence_tags(super().__sklearn_tags__())
+        tags.requires_fit = True
+        return tags
