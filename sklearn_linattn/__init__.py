@@ -11,6 +11,7 @@ from ._attention import attention_coefficients, mhla_forward, mhla_generate, sam
 from ._heads import compress_heads, heads_from_coefficients
 from ._estimators import LinearAttentionFeatures, LinearAttentionRegressor
 from ._io import load_model, save_model
+from .optimality import OptimalityReport, compare_to_optimum
 from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_loss_gradient
 from . import datasets
 from . import metrics
@@ -22,9 +23,11 @@ __all__ = [
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
+    "OptimalityReport",
     "Witness",
     "attention_coefficients",
     "attention_kernel",
+    "compare_to_optimum",
     "certify_identifiability",
     "compress_heads",
     "datasets",
