@@ -43,6 +43,7 @@ numpydoc_xref_aliases = {
     **{name: f"sklearn_linattn.{name}" for name in (
         "LinearAttentionRegressor", "LinearAttentionFeatures",
         "AdamLinearAttentionRegressor", "IdentifiabilityCertificate", "Witness",
+        "OptimalityReport",
     )},
     **{name: f"sklearn_linattn.programs.{name}" for name in (
         "Program", "CompiledProgram", "DFAExecutor", "TuringMachineSimulator",

@@ -12,6 +12,7 @@ from ._heads import compress_heads, heads_from_coefficients
 from ._estimators import LinearAttentionRegressor
 from ._transformer import LinearAttentionFeatures
 from ._io import load_model, save_model
+from .optimality import OptimalityReport, compare_to_optimum
 from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_loss_gradient
 from . import datasets
 from . import metrics
@@ -23,9 +24,11 @@ __all__ = [
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
+    "OptimalityReport",
     "Witness",
     "attention_coefficients",
     "attention_kernel",
+    "compare_to_optimum",
     "certify_identifiability",
     "compress_heads",
     "datasets",

@@ -335,7 +335,8 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             f"  lambda_max   {self.max_eigenvalue:<10.4g}",
             f"  tol          {self.tol:<10.4g}  {self._tol_rule()}",
             f"  rank         {'at most ' if self.rank_is_bound else ''}{self.rank} of "
-            f"psi = {psi}",
+            + (f"psi = {psi}" if not self.n_terms else
+               f"{psi} (psi = {psi - self.n_terms} and {self.n_terms} term columns)"),
         ]
         if self._terms is not None:
             lines += [
