@@ -161,6 +161,8 @@ def _fit(args):
         data_format=args.data_format,
         random_state=args.random_state,
         verbose=0 if args.quiet else 1,
+        fit_intercept=args.fit_intercept,
+        fit_skip=args.fit_skip,
     )
     try:
         model._check_params()  # before reading (maybe large) data
@@ -249,7 +251,9 @@ def _certify(args):
     X, _ = _load_data(args.data, need_y=False)
     with _stage(args, f"certifying {_describe(X, args.token_dim, args.data_format)}"):
         cert = certify_identifiability(X, readout=args.readout, token_dim=args.token_dim,
-                                       data_format=args.data_format, tol=args.tol)
+                                       data_format=args.data_format, tol=args.tol,
+                                       fit_intercept=args.fit_intercept,
+                                       fit_skip=args.fit_skip)
     payload = {
         "identifiable": bool(cert),
         "min_eigenvalue": float(cert.min_eigenvalue),
@@ -451,6 +455,11 @@ def build_parser(prog="sklearn-linattn"):
                        default="channels_last",
                        help="layout of X: (n_samples, n_tokens, d), the default, or "
                             "(n_samples, d, n_tokens) as aeon and sktime store series")
+        p.add_argument("--fit-intercept", action="store_true",
+                       help="a constant term beside attention (the certificate covers it)")
+        p.add_argument("--fit-skip", action="store_true",
+                       help="a linear term in the row's token beside attention (the "
+                            "residual path)")
         p.add_argument("--json", action="store_true", help="print JSON instead of text")
         quiet_option(p)
 

@@ -358,3 +358,20 @@ def test_warnings_are_one_line_on_stderr(memory_files, monkeypatch, capsys):
     captured = capsys.readouterr()
     strict_json(captured.out)
     assert captured.err == "warning: something to know across two lines\n"
+
+
+def test_fit_and_certify_with_intercept_and_skip(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 5, 2))
+    y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1) + 2.0 - 3.0 * X[:, -1, 1]
+    np.savez(tmp_path / "data.npz", X=X, y=y)
+    model_path = tmp_path / "model.npz"
+    assert main(["fit", str(tmp_path / "data.npz"), "-o", str(model_path), "--fit-intercept",
+                 "--fit-skip", "--json"]) == 0
+    report = strict_json(capsys.readouterr().out)
+    assert report["identifiable"] and report["train_r2"] == pytest.approx(1.0, abs=1e-10)
+    model = load_model(model_path)
+    np.testing.assert_allclose(model.intercept_, [2.0], atol=1e-9)
+    np.testing.assert_allclose(model.skip_coef_, [[0.0, -3.0]], atol=1e-9)
+    assert main(["certify", str(tmp_path / "data.npz"), "--fit-skip", "--json"]) == 0
+    assert strict_json(capsys.readouterr().out)["n_features"] == 6 + 2

@@ -32,7 +32,9 @@ def _expected_failures(estimator):
 @parametrize_with_checks(
     [
         LinearAttentionRegressor(),
+        LinearAttentionRegressor(fit_intercept=True, fit_skip=True),
         LinearAttentionFeatures(),
+        LinearAttentionFeatures(include_bias=True, include_skip=True),
         AdamLinearAttentionRegressor(max_epochs=3),
     ],
     expected_failed_checks=_expected_failures,

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sklearn_linattn import (
     LinearAttentionFeatures,
@@ -270,3 +272,44 @@ def test_certify_identifiability_of_the_class_with_terms(solver):
     np.testing.assert_allclose(fa, fb, atol=1e-9 * max(1.0, np.abs(fb).max()))
     with pytest.raises(TypeError, match="fit_skip must be True or False"):
         certify_identifiability(X, fit_skip=1)
+
+
+@given(
+    d=st.integers(1, 3),
+    d_out=st.integers(1, 2),
+    n_heads=st.integers(1, 2),
+    readout=st.sampled_from(["last", "all"]),
+    log_scale=st.integers(-100, 100),
+    units=st.lists(st.integers(-30, 30), min_size=3, max_size=3),
+    dtype=st.sampled_from([np.float64, np.float32]),
+    terms=st.sampled_from([(True, False), (False, True), (True, True)]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=25, deadline=None)
+def test_property_exact_generators_with_terms_identified_out_of_distribution(
+        d, d_out, n_heads, readout, log_scale, units, dtype, terms, seed):
+    intercept, skip = terms
+    rng = np.random.default_rng(seed)
+    V, Q = rng.normal(size=(n_heads, d_out, d)), rng.normal(size=(n_heads, d, d))
+    b, W = rng.normal(size=d_out), rng.normal(size=(d_out, d))
+    teacher = (V, Q, b, W)
+    psi = d * d * (d + 1) // 2
+    X = rng.normal(size=(3 * psi + 20, 4, d)).astype(dtype).astype(np.float64)
+    y = _apply(X, teacher, readout, intercept, skip)
+    # The same data in other units: an overall scale and a unit per coordinate.
+    # Powers of two: exact in float32 too, whose range ends near 1e38.
+    top = 300 if dtype == np.float64 else 30
+    unit = 2.0 ** (np.clip(round(log_scale * 1.6), -top, top) + np.array(units[:d]))
+    Xu = (X * unit).astype(dtype)
+    y_scale = 10.0 ** (-log_scale)
+    model = LinearAttentionRegressor(readout, fit_intercept=intercept, fit_skip=skip).fit(
+        Xu, y * y_scale)
+    assert model.certificate_
+    X_far = 3.0 * rng.normal(size=(4, 11, d))  # longer and larger than any training input
+    truth = _apply(X_far, teacher, readout, intercept, skip) * y_scale
+    scale = np.abs(truth).max()
+    rtol = 1e-4 if dtype == np.float32 else 1e-8
+    np.testing.assert_allclose(model.predict(X_far * unit).reshape(truth.shape), truth,
+                               atol=rtol * scale)
+    assert model.certificate_.covers(X_far * unit).all()
+    assert np.isfinite(model.certificate_.error_bound(X_far * unit, 1e-12)).all()
