@@ -21,6 +21,7 @@ from ._memory import (
 )
 from ._standardize import SAFE_EXPONENT, max_exponent, scale_per_sample
 from ._validation import (
+    as_real_array,
     check_heads,
     check_lengths,
     check_number,
@@ -232,7 +233,8 @@ def _check_rounding(rounding, d):
     return nearest
 
 
-def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
+def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=None,
+                  skip_coef=None):
     """Run a linear-attention model autoregressively for ``n_steps`` tokens.
 
     At each step the output at the last token, ``y = sum_h V_h S Q_h x_last``
@@ -260,6 +262,12 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
     lengths : array-like of int, shape (n_samples,), or None
         Number of real tokens per prompt when X has no NaN padding; None reads
         them from the padding.
+    intercept : array-like of shape (d,) or None, default=None
+        A constant added to every output (``LinearAttentionRegressor``'s
+        ``intercept_``).
+    skip_coef : array-like of shape (d, d) or None, default=None
+        A linear term in the last token added to every output,
+        ``skip_coef @ x_last`` (``skip_coef_``: the residual path).
 
     Returns
     -------
@@ -309,6 +317,13 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
     else:
         X, lengths = check_lengths(X, lengths, n_features_in=d)
     round_ = _check_rounding(rounding, d)
+    terms = [as_real_array(np.zeros(shape) if value is None else value, name, finite=True)
+             for value, name, shape in ((intercept, "intercept", (d,)),
+                                        (skip_coef, "skip_coef", (d, d)))]
+    for value, name, shape in zip(terms, ("intercept", "skip_coef"), ((d,), (d, d))):
+        if value.shape != shape:
+            raise ValueError(f"{name} must have shape {shape} for tokens of d = {d}; got "
+                             f"shape {value.shape}.")
     n_samples, n_tokens = X.shape[:2]
     _check_generate_memory(n_samples, n_tokens, d, n_steps)
     out = np.full((n_samples, n_tokens + n_steps, d), np.nan)
@@ -321,7 +336,7 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None):
     # One BLAS thread: the batched q @ S is one small GEMM per sequence, which
     # threads only slow down (36 times, for 96 sequences, 321 heads, d = 44).
     with single_blas_thread():
-        _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_)
+        _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_, terms)
     return out
 
 
@@ -355,7 +370,9 @@ def _check_generated(values, step, n_steps, start, what):
         )
 
 
-def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_):
+def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_, terms):
+    intercept, skip = terms
+    with_terms = bool(intercept.any() or skip.any())
     n_samples = X.shape[0]
     for sl in iter_sample_chunks(n_samples, d * d + n_heads * d):
         Xc = zero_padding(np.asarray(X[sl], dtype=np.float64), lengths[sl])
@@ -368,6 +385,8 @@ def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_)
                 q = (x @ Q_flat.T).reshape(len(x), n_heads, d)  # Q_h x_last
                 ctx = np.matmul(q, S)  # (S Q_h x_last)^T, S symmetric
                 y = ctx.reshape(len(x), n_heads * d) @ V_flat
+                if with_terms:
+                    y += intercept + x @ skip.T
             # Overflow turns into inf or NaN; appending it would poison every
             # later token, so stop at the first one.
             _check_generated(y, step, n_steps, sl.start, "output")

@@ -154,12 +154,6 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         """
         X, lengths = self._validate_X(X)
         d = self.n_features_in_
-        if self._has_terms():
-            raise ValueError(
-                "generate runs the attention heads alone, but this model has an intercept or "
-                "skip term (fit_intercept / fit_skip): continue its sequences with predict, "
-                "one step at a time, or fit it without the terms."
-            )
         if self.value_matrices_.shape[1] != d:
             raise ValueError(
                 "generate appends each output to its sequence, so it needs a model whose "
@@ -167,9 +161,12 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
                 f"{self.value_matrices_.shape[1]} values per position (fit it with y of "
                 f"shape (n_samples, {d}) or (n_samples, n_tokens, {d}))."
             )
+        terms = {}
+        if self._has_terms():
+            terms = {"intercept": self.intercept_, "skip_coef": self.skip_coef_}
         return to_data_format(mhla_generate(
             X, self.value_matrices_, self.key_query_matrices_, n_steps,
-            rounding=rounding, lengths=lengths,
+            rounding=rounding, lengths=lengths, **terms,
         ), self._layout()["data_format"])
 
     def score(self, X, y, sample_weight=None):

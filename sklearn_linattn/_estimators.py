@@ -135,8 +135,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         penalized by ``alpha``.  With either term the fit is the joint least
         squares over the terms and the attention coefficients, and
         ``certificate_``, ``covers`` and ``error_bound`` are about the whole
-        linear class (see the user guide's "Intercept and skip terms").
-        ``generate`` and Dask input do not support the terms.
+        linear class (see the user guide's "Intercept and skip terms");
+        ``predict`` and ``generate`` add them.  Dask input does not support
+        the terms.
 
     Attributes
     ----------

@@ -11,6 +11,7 @@ from sklearn_linattn import (
     certify_identifiability,
     load_model,
     mhla_forward,
+    mhla_generate,
     save_model,
 )
 from reference import ref_features
@@ -205,12 +206,9 @@ def test_partial_fit_with_terms_equals_fit():
         model.partial_fit(X[:5], y[:5])
 
 
-def test_terms_refused_where_unsupported():
+def test_terms_parameters_are_checked():
     X = np.random.default_rng(8).normal(size=(30, 4, 2))
     y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1) + 1.0
-    model = LinearAttentionRegressor(fit_intercept=True).fit(X, y)
-    with pytest.raises(ValueError, match="generate runs the attention heads alone"):
-        model.generate(X, 1)
     with pytest.raises(TypeError, match="fit_intercept must be True or False"):
         LinearAttentionRegressor(fit_intercept="yes").fit(X, y)
 
@@ -313,3 +311,22 @@ def test_property_exact_generators_with_terms_identified_out_of_distribution(
                                atol=rtol * scale)
     assert model.certificate_.covers(X_far * unit).all()
     assert np.isfinite(model.certificate_.error_bound(X_far * unit, 1e-12)).all()
+
+
+def test_generate_with_terms_matches_a_loop_over_predict():
+    rng = np.random.default_rng(13)
+    d = 2
+    teacher = _teacher(rng, d, d)
+    teacher = (teacher[0] * 0.3, teacher[1] * 0.3, teacher[2] * 0.1, teacher[3] * 0.3)
+    X = rng.normal(size=(60, 4, d))
+    model = LinearAttentionRegressor(fit_intercept=True, fit_skip=True).fit(
+        X, _apply(X, teacher, "last"))
+    prompts = rng.normal(size=(3, 3, d))
+    out = model.generate(prompts, 4)
+    seq = prompts
+    for _ in range(4):  # the reference: append the teacher's output, step by step
+        seq = np.concatenate([seq, _apply(seq, teacher, "last")[:, None]], axis=1)
+    np.testing.assert_allclose(out, seq, rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match=r"skip_coef must have shape \(2, 2\)"):
+        mhla_generate(prompts, model.value_matrices_, model.key_query_matrices_, 1,
+                      skip_coef=np.zeros((2, 3)))
