@@ -120,10 +120,11 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        H : ndarray of shape (n_samples, n_features_out_), float64
+        H : ndarray of shape (n_samples, n_output_features), float64
             The features ``S[j, k] * x_last[l]`` (j <= k) of each sequence,
             after the constant and last-token columns when asked for, in the
-            order of :meth:`get_feature_names_out`.
+            order of :meth:`get_feature_names_out` (``n_features_out_``
+            columns).
 
         Examples
         --------
@@ -153,7 +154,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        names : ndarray of str objects, shape (n_features_out_,)
+        names : ndarray of str objects, shape (n_output_features,)
             One name per column of :meth:`transform`: ``"1"`` and
             ``"last[x]"`` for the term columns, then the cubic features.
 
