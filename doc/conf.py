@@ -45,6 +45,7 @@ numpydoc_xref_aliases = {
         "AdamLinearAttentionRegressor", "IdentifiabilityCertificate", "Witness",
         "OptimalityReport",
     )},
+    "MultiHeadLinearAttention": "sklearn_linattn.nn.MultiHeadLinearAttention",
     **{name: f"sklearn_linattn.programs.{name}" for name in (
         "Program", "CompiledProgram", "DFAExecutor", "TuringMachineSimulator",
     )},
@@ -122,10 +123,23 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 warnings.filterwarnings("ignore", message="Matplotlib is currently using agg")
 
 
+try:
+    import torch
+except ImportError:
+    _TORCH_MODULE = {}
+else:
+    _TORCH_MODULE = {**dict.fromkeys(vars(torch.nn.Module).get("__annotations__", {})),
+                     **vars(torch.nn.Module)}
+
+
 def _skip_sklearn_generated(app, what, name, obj, skip, options):
     # scikit-learn's generated metadata-routing setters (set_*_request) and
     # set_output / get_metadata_routing document scikit-learn, not this package.
     if re.fullmatch(r"set_\w+_request|set_output|get_metadata_routing", name):
+        return True
+    # What sklearn_linattn.nn.MultiHeadLinearAttention inherits from
+    # torch.nn.Module documents PyTorch (forward and the overrides stay).
+    if name in _TORCH_MODULE and (_TORCH_MODULE[name] is None or _TORCH_MODULE[name] is obj):
         return True
     return None
 

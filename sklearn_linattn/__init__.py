@@ -9,6 +9,12 @@ from ._certificate import IdentifiabilityCertificate, Witness, certify_identifia
 from ._features import attention_kernel
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
+from .layouts import (
+    heads_from_paper,
+    heads_from_projections,
+    paper_from_heads,
+    projections_from_heads,
+)
 from ._estimators import LinearAttentionRegressor
 from ._transformer import LinearAttentionFeatures
 from ._io import load_model, save_model
@@ -33,12 +39,16 @@ __all__ = [
     "compress_heads",
     "datasets",
     "heads_from_coefficients",
+    "heads_from_paper",
+    "heads_from_projections",
     "learning_rate_schedule",
     "load_model",
     "metrics",
     "mhla_forward",
     "mhla_generate",
     "mhla_loss_gradient",
+    "paper_from_heads",
+    "projections_from_heads",
     "same_function",
     "save_model",
 ]

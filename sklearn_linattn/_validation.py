@@ -16,6 +16,7 @@ from ._memory import real_tokens
 
 __all__ = [
     "check_data_format",
+    "check_host_tensor",
     "check_lengths",
     "check_readout",
     "check_sample_weight",
@@ -55,6 +56,22 @@ def _check_real_dtype(a, name):
         )
 
 
+def check_host_tensor(a, name):
+    """``a`` unchanged unless it is a tensor NumPy cannot read: then a TypeError naming the fix.
+
+    Duck-typed (no framework import): a tensor that requires grad, or whose
+    ``device`` is not the CPU, must be detached and copied by its owner.
+    """
+    device = getattr(getattr(a, "device", None), "type", "cpu")
+    if getattr(a, "requires_grad", False) is True or device != "cpu":
+        why = "requires grad" if device == "cpu" else f"is on the {device} device"
+        raise TypeError(
+            f"{name} is a tensor that {why}; NumPy can only read CPU tensors without grad: "
+            f"pass {name}.detach().cpu()."
+        )
+    return a
+
+
 def _numeric_object_array(a, name, expected):
     """An object array of numbers as float64; anything else is a TypeError naming it."""
     try:
@@ -72,7 +89,7 @@ def as_real_array(a, name, *, finite=False):
     ``finite=True`` also refuses NaN and infinity, naming the first entry.
     """
     try:
-        arr = np.asarray(a)
+        arr = np.asarray(check_host_tensor(a, name))
     except ValueError as exc:
         raise ValueError(f"{name} could not be converted to an array: {exc}") from None
     _check_real_dtype(arr, name)
@@ -171,7 +188,7 @@ def _pad_list(seqs, name, data_format="channels_last", offset=0):
                 f"{name}[{i + offset}] must be a 2-D array of shape {shape} when {name} "
                 "is a list of sequences; got a ragged nested list."
             )
-        a = np.asarray(s)
+        a = np.asarray(check_host_tensor(s, f"{name}[{i + offset}]"))
         if a.ndim != 2:
             raise ValueError(
                 f"{name}[{i + offset}] must be a 2-D array of shape {shape} when {name} "
@@ -335,6 +352,7 @@ arrays, or array-like of shape (n_samples, n_columns)
     """
     token_dim = check_token_dim(token_dim)
     data_format = check_data_format(data_format)
+    X = check_host_tensor(X, name)
     first = data_format == "channels_first"
     layout = "(n_samples, d, n_tokens)" if first else "(n_samples, n_tokens, d)"
     item = "(d, n_tokens_i)" if first else "(n_tokens_i, d)"
@@ -516,7 +534,7 @@ def check_lengths(X, lengths, *, n_features_in=None, name="X", expected_by=None)
     X : ndarray of shape (n_samples, n_tokens, d), float64, float32 or float16
     lengths : ndarray of shape (n_samples,), int64
     """
-    X = np.asarray(X)
+    X = np.asarray(check_host_tensor(X, name))
     _check_real_dtype(X, name)
     if X.ndim != 3:
         raise ValueError(
@@ -580,6 +598,7 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
             f"this estimator requires y to be passed, but the target {name} is None."
         )
     first = check_data_format(data_format) == "channels_first" and readout == "all"
+    y = check_host_tensor(y, name)
     if first and isinstance(y, (list, tuple)):
         # (d_out, n_tokens_i) per sequence, like the sequences themselves.
         y = [np.asarray(s).T if np.ndim(s) == 2 else s for s in y]
@@ -819,7 +838,7 @@ def check_sample_weight(sample_weight, n_samples, *, name="sample_weight", offse
     ):
         sample_weight = np.full(n_samples, float(sample_weight))
     try:
-        w = np.asarray(sample_weight)
+        w = np.asarray(check_host_tensor(sample_weight, name))
     except ValueError as exc:
         raise ValueError(f"{name} could not be converted to an array: {exc}") from None
     if w.dtype.kind == "b" or w.dtype.kind not in "iuf":

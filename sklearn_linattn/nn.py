@@ -1,0 +1,436 @@
+"""PyTorch in and out: the fitted heads as a ``torch.nn.Module``, and modules back as heads.
+
+This module needs PyTorch (the ``torch`` extra); the rest of the package does
+not import it.  The layer is the standard causal multi-head linear attention
+of :func:`~sklearn_linattn.heads_from_projections`; :func:`to_torch` and
+:func:`from_torch` convert between it and the package's heads exactly.
+"""
+
+import math
+from collections import namedtuple
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+
+from ._validation import as_real_array, check_number, check_readout
+from .layouts import heads_from_projections, projections_from_heads
+
+__all__ = ["AttentionHeads", "MultiHeadLinearAttention", "from_torch", "to_torch"]
+
+#: What :func:`from_torch` returns: the heads and the affine terms of a layer
+#: as float64 arrays (intercept and skip_coef None when the layer has none).
+AttentionHeads = namedtuple(
+    "AttentionHeads",
+    ["value_matrices", "key_query_matrices", "intercept", "skip_coef", "readout"],
+)
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _positive_int(value, name):
+    return check_number(value, name, integer=True, low=1)
+
+
+class MultiHeadLinearAttention(torch.nn.Module):
+    """Causal multi-head linear attention, the standard layout, as a PyTorch module.
+
+    For tokens ``x_1, ..., x_n`` the output at position t is
+
+        ``y_t = bias + skip @ x_t + W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s]``
+
+    with ``q = W_q[h] x``, ``k = W_k[h] x`` and ``v = W_v[h] x``: the package's
+    MHLA with heads ``heads_from_projections(W_q, W_k, W_v, W_o, scale=scale)``
+    plus an affine term in the current token.  No softmax and no
+    normalization: the scores enter linearly.
+
+    Parameters
+    ----------
+    d : int
+        Token dimension.
+    n_heads : int, default=1
+        Number of heads.
+    d_k : int or None, default=None
+        Size of each head's queries and keys; None is d.
+    d_v : int or None, default=None
+        Size of each head's values; None is d.
+    d_out : int or None, default=None
+        Output dimension; None is d.
+    scale : float or None, default=None
+        Factor of every score ``q_t . k_s``; None is ``1 / sqrt(d_k)``.
+    readout : {"last", "all"}, default="last"
+        ``"last"``: the output at the last real token of each sequence, shape
+        (batch, d_out).  ``"all"``: the output at every position, shape
+        (batch, n_tokens, d_out), zero at padded positions.
+    bias : bool, default=False
+        Whether the output has a learned constant term ``bias`` (initialized
+        to zero).
+    skip : bool, default=False
+        Whether the output has a learned linear term ``skip @ x_t`` in the
+        current token (initialized to zero).
+    dtype : torch.dtype or None, default=None
+        ``torch.float32`` or ``torch.float64``; None is torch's default dtype.
+    device : torch.device, str or None, default=None
+        Where the parameters live.
+
+    Attributes
+    ----------
+    W_q : torch.nn.Parameter of shape (n_heads, d_k, d)
+        Query projections.
+    W_k : torch.nn.Parameter of shape (n_heads, d_k, d)
+        Key projections.
+    W_v : torch.nn.Parameter of shape (n_heads, d_v, d)
+        Value projections.
+    W_o : torch.nn.Parameter of shape (d_out, n_heads * d_v)
+        Output projection of the concatenated heads.
+    bias : torch.nn.Parameter of shape (d_out,) or None
+        Constant term; None without ``bias=True``.
+    skip : torch.nn.Parameter of shape (d_out, d) or None
+        Linear term in the current token; None without ``skip=True``.
+
+    See Also
+    --------
+    to_torch : This module from a fitted estimator.
+    from_torch : The heads of this module.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sklearn_linattn.nn import MultiHeadLinearAttention
+    >>> layer = MultiHeadLinearAttention(3, n_heads=2, d_out=1, dtype=torch.float64)
+    >>> x = torch.randn(4, 5, 3, dtype=torch.float64)
+    >>> mask = torch.arange(5) < torch.tensor([5, 3, 2, 1])[:, None]  # four lengths
+    >>> layer(x, mask).shape
+    torch.Size([4, 1])
+    """
+
+    def __init__(self, d, n_heads=1, *, d_k=None, d_v=None, d_out=None, scale=None,
+                 readout="last", bias=False, skip=False, dtype=None, device=None):
+        # numpydoc ignore=PR01,EX01
+        """Create the parameters, drawn by ``reset_parameters``; the arguments are the class's."""
+        super().__init__()
+        d = _positive_int(d, "d")
+        self.n_heads = _positive_int(n_heads, "n_heads")
+        d_k = d if d_k is None else _positive_int(d_k, "d_k")
+        d_v = d if d_v is None else _positive_int(d_v, "d_v")
+        d_out = d if d_out is None else _positive_int(d_out, "d_out")
+        self.scale = (1.0 / math.sqrt(d_k) if scale is None
+                      else check_number(scale, "scale", low=0.0, low_open=True))
+        self.readout = check_readout(readout)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if dtype not in _FLOATS:
+            raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}.")
+        kw = {"dtype": dtype, "device": device}
+        self.W_q = torch.nn.Parameter(torch.empty(self.n_heads, d_k, d, **kw))
+        self.W_k = torch.nn.Parameter(torch.empty(self.n_heads, d_k, d, **kw))
+        self.W_v = torch.nn.Parameter(torch.empty(self.n_heads, d_v, d, **kw))
+        self.W_o = torch.nn.Parameter(torch.empty(d_out, self.n_heads * d_v, **kw))
+        self.bias = torch.nn.Parameter(torch.empty(d_out, **kw)) if bias else None
+        self.skip = torch.nn.Parameter(torch.empty(d_out, d, **kw)) if skip else None
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Draw the projections uniformly as ``torch.nn.Linear`` does; zero bias and skip.
+
+        Returns
+        -------
+        None
+            The parameters are changed in place.
+
+        Examples
+        --------
+        >>> from sklearn_linattn.nn import MultiHeadLinearAttention
+        >>> layer = MultiHeadLinearAttention(2, bias=True)
+        >>> layer.reset_parameters()
+        >>> layer.bias.tolist()
+        [0.0, 0.0]
+        """
+        with torch.no_grad():
+            for W in (self.W_q, self.W_k, self.W_v, self.W_o):
+                bound = 1.0 / math.sqrt(W.shape[-1])
+                W.uniform_(-bound, bound)
+            for W in (self.bias, self.skip):
+                if W is not None:
+                    W.zero_()
+
+    def extra_repr(self):  # numpydoc ignore=EX01
+        """The sizes, as ``print(module)`` shows them.
+
+        Returns
+        -------
+        str
+            The token dimension, heads, sizes, scale and readout.
+        """
+        H, d_k, d = self.W_q.shape
+        return (f"d={d}, n_heads={H}, d_k={d_k}, d_v={self.W_v.shape[1]}, "
+                f"d_out={self.W_o.shape[0]}, scale={self.scale:.6g}, "
+                f"readout={self.readout!r}, bias={self.bias is not None}, "
+                f"skip={self.skip is not None}")
+
+    def _check_input(self, x, mask):
+        """x and mask as given, checked; the index of each sequence's last real token."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                "x must be a torch.Tensor of shape (batch, n_tokens, d); got "
+                f"{type(x).__name__}. Convert arrays with torch.as_tensor(x)."
+            )
+        d = self.W_q.shape[2]
+        if x.ndim != 3 or x.shape[2] != d or x.shape[1] == 0:
+            raise ValueError(
+                f"x must have shape (batch, n_tokens >= 1, d={d}); got shape {tuple(x.shape)}."
+            )
+        if x.dtype != self.W_q.dtype:
+            raise TypeError(
+                f"x must have the parameters' dtype {self.W_q.dtype}; got {x.dtype}. Convert "
+                "x with x.to(dtype) or the module with module.to(dtype)."
+            )
+        if mask is None:
+            return None, torch.full((x.shape[0],), x.shape[1] - 1, device=x.device)
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError(
+                "mask must be None or a bool torch.Tensor of shape (batch, n_tokens), True at "
+                f"real tokens; got {type(mask).__name__}"
+                f"{' of dtype ' + str(mask.dtype) if isinstance(mask, torch.Tensor) else ''}."
+            )
+        if tuple(mask.shape) != tuple(x.shape[:2]):
+            raise ValueError(
+                f"mask must have shape (batch, n_tokens) = {tuple(x.shape[:2])}; got shape "
+                f"{tuple(mask.shape)}."
+            )
+        lengths = mask.sum(dim=1)
+        prefix = torch.arange(x.shape[1], device=mask.device) < lengths[:, None]
+        if not torch.equal(prefix, mask) or bool((lengths == 0).any()):
+            i = int(torch.nonzero((prefix != mask).any(dim=1) | (lengths == 0))[0, 0])
+            raise ValueError(
+                "mask must be True at the first tokens of each sequence and False after them "
+                f"(padding trails), with at least one real token; got mask[{i}] = "
+                f"{mask[i].int().tolist()}."
+            )
+        return mask, lengths - 1
+
+    def forward(self, x, mask=None):
+        """The layer's output on a batch of sequences.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (batch, n_tokens, d)
+            Sequences, of the parameters' dtype.  Values at padded positions
+            are ignored (they may be NaN).
+        mask : torch.Tensor of shape (batch, n_tokens), bool, or None, default=None
+            True at real tokens, which come first in each sequence (padding
+            trails, as the package's NaN padding does); None: every token is
+            real.
+
+        Returns
+        -------
+        y : torch.Tensor
+            ``readout="last"``: shape (batch, d_out), the output at each
+            sequence's last real token.  ``readout="all"``: shape
+            (batch, n_tokens, d_out), zero at padded positions.  The output
+            axis is there even for ``d_out = 1``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from sklearn_linattn.nn import MultiHeadLinearAttention
+        >>> layer = MultiHeadLinearAttention(2, readout="all", dtype=torch.float64)
+        >>> layer(torch.ones(3, 4, 2, dtype=torch.float64)).shape
+        torch.Size([3, 4, 2])
+        """
+        mask, last = self._check_input(x, mask)
+        if mask is not None:
+            # Zeros, not NaN, at padded tokens: they then add nothing to any sum.
+            x = torch.where(mask[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+        batch, n_tokens, _ = x.shape
+        k = torch.einsum("hkd,bnd->bhnk", self.W_k, x)
+        v = torch.einsum("hvd,bnd->bhnv", self.W_v, x)
+        if self.readout == "last":
+            x_out = x[torch.arange(batch, device=x.device), last]  # (batch, d)
+            q = torch.einsum("hkd,bd->bhk", self.W_q, x_out)
+            # Padded keys and values are zero, so summing over all positions is causal.
+            state = torch.einsum("bhnk,bhnv->bhkv", k, v)
+            heads = torch.einsum("bhk,bhkv->bhv", q, state).reshape(batch, -1)
+        else:
+            x_out = x
+            q = torch.einsum("hkd,bnd->bhnk", self.W_q, x)
+            scores = torch.einsum("bhtk,bhsk->bhts", q, k)
+            causal = torch.ones(n_tokens, n_tokens, dtype=torch.bool, device=x.device).tril()
+            scores = scores.masked_fill(~causal, 0.0)
+            heads = torch.einsum("bhts,bhsv->bthv", scores, v).reshape(batch, n_tokens, -1)
+        y = self.scale * heads @ self.W_o.T
+        if self.skip is not None:
+            y = y + x_out @ self.skip.T
+        if self.bias is not None:
+            y = y + self.bias
+        if self.readout == "all" and mask is not None:
+            y = y * mask[..., None]
+        return y
+
+
+def _fitted_array(estimator, name, shape):
+    """An optional fitted attribute as float64 of ``shape``; None when absent or zero."""
+    value = getattr(estimator, name, None)
+    if value is None:
+        return None
+    arr = as_real_array(value, name, finite=True)
+    if arr.size != math.prod(shape):
+        raise ValueError(
+            f"{name} of the estimator must have shape {shape}; got shape {arr.shape}."
+        )
+    arr = arr.reshape(shape)
+    return arr if np.any(arr != 0) else None
+
+
+def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
+    """A fitted estimator as a :class:`MultiHeadLinearAttention` computing the same function.
+
+    The heads are factored exactly by
+    :func:`~sklearn_linattn.projections_from_heads` with ``scale = 1 / sqrt(d_k)``;
+    with ``d_k`` (``d_v``) below the rank of some ``Q_h`` (``V_h``) the module
+    has more heads than the estimator.  A fitted ``intercept_`` or
+    ``skip_coef_`` that is not zero becomes the module's ``bias`` or ``skip``.
+
+    Parameters
+    ----------
+    estimator : LinearAttentionRegressor or AdamLinearAttentionRegressor
+        A fitted estimator (anything with ``value_matrices_``,
+        ``key_query_matrices_``, ``n_features_in_`` and ``readout``).
+    d_k : int or None, default=None
+        Size of each head's queries and keys; None is d (one module head per
+        estimator head).
+    d_v : int or None, default=None
+        Size of each head's values; None is ``min(d_out, d)``.
+    dtype : torch.dtype, default=torch.float64
+        ``torch.float64`` or ``torch.float32`` (which rounds the weights to
+        about 7 significant digits).
+
+    Returns
+    -------
+    module : MultiHeadLinearAttention
+        With the estimator's readout.  Its input is (batch, n_tokens, d)
+        with a mask instead of NaN padding, whatever the estimator's
+        ``data_format``; its output keeps the output axis also where
+        ``predict`` drops it (targets fitted without one).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import torch
+    >>> from sklearn_linattn import LinearAttentionRegressor
+    >>> from sklearn_linattn.datasets import make_random_mhla
+    >>> from sklearn_linattn.nn import to_torch
+    >>> X, y = make_random_mhla(200, n_tokens=6, d=3, random_state=0)
+    >>> model = LinearAttentionRegressor(n_heads=1).fit(X, y)
+    >>> layer = to_torch(model)
+    >>> out = layer(torch.as_tensor(X)).detach().numpy()
+    >>> bool(np.allclose(out[:, 0], model.predict(X)))
+    True
+    """
+    check_is_fitted(estimator, ["value_matrices_", "key_query_matrices_"])
+    if dtype not in _FLOATS:
+        raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}.")
+    V = np.asarray(estimator.value_matrices_, dtype=np.float64)
+    Q = np.asarray(estimator.key_query_matrices_, dtype=np.float64)
+    d_out, d = V.shape[1:]
+    size = d if d_k is None else _positive_int(d_k, "d_k")
+    scale = 1.0 / math.sqrt(size)
+    p = projections_from_heads(V, Q, d_k=d_k, d_v=d_v, scale=scale)
+    intercept = _fitted_array(estimator, "intercept_", (d_out,))
+    skip = _fitted_array(estimator, "skip_coef_", (d_out, d))
+    module = MultiHeadLinearAttention(
+        d, len(p.W_q), d_k=p.W_q.shape[1], d_v=p.W_v.shape[1], d_out=d_out, scale=scale,
+        readout=estimator.readout, bias=intercept is not None, skip=skip is not None,
+        dtype=dtype,
+    )
+    values = {"W_q": p.W_q, "W_k": p.W_k, "W_v": p.W_v, "W_o": p.W_o,
+              "bias": intercept, "skip": skip}
+    with torch.no_grad():
+        for name, value in values.items():
+            if value is not None:
+                getattr(module, name).copy_(torch.from_numpy(value))
+    return module
+
+
+def _module_array(module, name, required=True):
+    """A weight of a module as a float64 NumPy array (None when optional and absent)."""
+    if not hasattr(module, name):
+        if not required:
+            return None
+        raise TypeError(
+            f"module must have the attributes W_q, W_k, W_v, W_o and scale of a "
+            f"MultiHeadLinearAttention (optionally bias, skip, readout and n_heads); "
+            f"{type(module).__name__} has no {name}."
+        )
+    value = getattr(module, name)
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu", torch.float64).numpy()
+    return as_real_array(value, f"module.{name}", finite=True)
+
+
+def from_torch(module, *, readout=None):
+    """The heads and affine terms of a linear attention module, as NumPy arrays.
+
+    Exact (up to rounding) for a :class:`MultiHeadLinearAttention`, and for
+    any object following its layout: attributes ``W_q``, ``W_k`` of shape
+    (n_heads, d_k, d), ``W_v`` of shape (n_heads, d_v, d) (or the fused 2-D
+    layouts of :func:`~sklearn_linattn.heads_from_projections`, with an
+    ``n_heads`` attribute), ``W_o`` of shape (d_out, n_heads * d_v) or None,
+    a number ``scale``, and optionally ``bias`` (d_out,), ``skip`` (d_out, d)
+    and ``readout``.
+
+    Parameters
+    ----------
+    module : MultiHeadLinearAttention or object
+        The layer; tensors may be on any device and of any floating dtype.
+    readout : {"last", "all"} or None, default=None
+        None: the module's ``readout`` attribute.
+
+    Returns
+    -------
+    heads : AttentionHeads
+        A named tuple ``(value_matrices, key_query_matrices, intercept,
+        skip_coef, readout)``: float64 arrays of shape (n_heads, d_out, d)
+        and (n_heads, d, d) for :func:`~sklearn_linattn.mhla_forward`, the
+        constant term (d_out,) and the linear term (d_out, d) (each None when
+        the module has none), and the readout.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from sklearn_linattn import mhla_forward
+    >>> from sklearn_linattn.nn import MultiHeadLinearAttention, from_torch
+    >>> layer = MultiHeadLinearAttention(3, n_heads=2, dtype=torch.float64)
+    >>> heads = from_torch(layer)
+    >>> x = torch.randn(2, 4, 3, dtype=torch.float64)
+    >>> y = mhla_forward(x.numpy(), heads.value_matrices, heads.key_query_matrices)
+    >>> torch.allclose(layer(x), torch.as_tensor(y))
+    True
+    """
+    W_q, W_k, W_v = (_module_array(module, name) for name in ("W_q", "W_k", "W_v"))
+    W_o = _module_array(module, "W_o")
+    if not hasattr(module, "scale"):
+        _module_array(module, "scale")  # the message of a missing attribute
+    scale = module.scale
+    if isinstance(scale, torch.Tensor):
+        scale = scale.item()
+    n_heads = getattr(module, "n_heads", None) if np.ndim(W_q) == 2 else None
+    V, Q = heads_from_projections(W_q, W_k, W_v, W_o, scale=scale, n_heads=n_heads)
+    if readout is None:
+        readout = getattr(module, "readout", None)
+        if readout is None:
+            raise ValueError(
+                f"readout must be 'last' or 'all' when the module has no readout attribute; "
+                f"got readout=None and a {type(module).__name__} without one."
+            )
+    d_out, d = V.shape[1:]
+    affine = {}
+    for name, shape in (("bias", (d_out,)), ("skip", (d_out, d))):
+        affine[name] = _module_array(module, name, required=False)
+        if affine[name] is not None and affine[name].shape != shape:
+            raise ValueError(
+                f"module.{name} must have shape {shape} for heads with d_out={d_out} and "
+                f"d={d}; got shape {affine[name].shape}."
+            )
+    return AttentionHeads(V, Q, affine["bias"], affine["skip"], check_readout(readout))
