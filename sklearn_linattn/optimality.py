@@ -226,7 +226,20 @@ class _ComparedModel:
     """
 
     def __init__(self, model, readout, intercept, skip_coef):
-        if isinstance(model, tuple) and len(model) == 2:
+        if hasattr(model, "value_matrices") and hasattr(model, "key_query_matrices"):
+            # Heads converted from a layer (sklearn_linattn.nn.from_torch): they
+            # carry their own terms and readout.
+            if intercept is not None or skip_coef is not None:
+                raise TypeError(
+                    "intercept and skip_coef describe a model given as a (V, Q) pair; "
+                    f"{type(model).__name__} carries its own, so pass None."
+                )
+            V, Q = model.value_matrices, model.key_query_matrices
+            intercept = getattr(model, "intercept", None)
+            skip_coef = getattr(model, "skip_coef", None)
+            self.layout = {"token_dim": None, "data_format": "channels_last"}
+            own_readout = getattr(model, "readout", None)
+        elif isinstance(model, tuple) and len(model) == 2:
             V, Q = model
             self.layout = {"token_dim": None, "data_format": "channels_last"}
             own_readout = None
@@ -347,8 +360,11 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
 
     Parameters
     ----------
-    model : estimator or tuple (V, Q)
-        A fitted estimator with ``value_matrices_`` and
+    model : estimator, heads or tuple (V, Q)
+        The heads of a layer as :func:`sklearn_linattn.nn.from_torch`
+        returns them (``value_matrices``, ``key_query_matrices``, and their
+        ``intercept``, ``skip_coef`` and ``readout``), a fitted estimator with
+        ``value_matrices_`` and
         ``key_query_matrices_`` (e.g.
         :class:`~sklearn_linattn.AdamLinearAttentionRegressor`; its
         ``readout``, ``token_dim``, ``data_format``, ``intercept_`` and

@@ -13,6 +13,7 @@ from sklearn_linattn import (  # noqa: E402
     AdamLinearAttentionRegressor,
     LinearAttentionRegressor,
     attention_coefficients,
+    compare_to_optimum,
     mhla_forward,
 )
 from sklearn_linattn.nn import MultiHeadLinearAttention, from_torch, to_torch  # noqa: E402
@@ -323,3 +324,27 @@ def test_to_torch_refuses_an_unfitted_estimator():
 def test_scale_is_the_default_of_the_factorization():
     layer = to_torch(fitted("last", 1), d_k=2)
     assert layer.scale == pytest.approx(1 / math.sqrt(2))
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_a_fit_with_intercept_and_skip_round_trips_through_torch(readout):
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(80, 5, 3))
+    V, Q = rng.normal(size=(1, 2, 3)), rng.normal(size=(1, 3, 3))
+    b, W = rng.normal(size=2), rng.normal(size=(2, 3))
+    x_row = X[:, -1] if readout == "last" else X
+    y = mhla_forward(X, V, Q, readout=readout) + b + x_row @ W.T
+    model = LinearAttentionRegressor(readout, fit_intercept=True, fit_skip=True,
+                                     n_heads=1, random_state=0).fit(X, y)
+    layer = to_torch(model)
+    X_long = rng.normal(size=(3, 12, 3))  # longer than training
+    out = layer(torch.as_tensor(X_long)).detach().numpy()
+    np.testing.assert_allclose(out, model.predict(X_long), rtol=1e-10,
+                               atol=1e-10 * np.abs(out).max())
+    heads = from_torch(layer)
+    np.testing.assert_allclose(heads.intercept, b, atol=1e-9)
+    np.testing.assert_allclose(heads.skip_coef, W, atol=1e-9)
+    # The layer analysed against the optimum of the data, from its converted heads.
+    report = compare_to_optimum(heads, X, y)
+    assert report.certificate and report.relative_p_distance < 1e-8
+    assert report.excess_risk < 1e-12 * np.mean(y**2)
