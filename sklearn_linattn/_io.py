@@ -563,6 +563,16 @@ def _rounding_allowance(d, d_out):
     return 10 * max(rows, cols) * math.sqrt(min(rows, cols)) * np.finfo(np.float64).eps
 
 
+def _check_terms_match_params(path, model):
+    """An intercept or skip term the parameters do not have would change predict silently."""
+    for flag, name in (("fit_intercept", "intercept_"), ("fit_skip", "skip_coef_")):
+        if not getattr(model, flag) and np.any(getattr(model, name)):
+            raise ValueError(
+                f"{path}: entry {name!r} is not zero, but the parameters say {flag}=False; "
+                "predict would add a term the model was not fitted with."
+            )
+
+
 def _check_heads_reproduce_coef(path, model, recorded):
     """The heads must compute the function ``coef_`` describes.
 
@@ -734,6 +744,7 @@ def load_model(path):
         if name in _ATTRIBUTES:
             setattr(model, name, value)
     _check_heads_reproduce_coef(path, model, recorded)
+    _check_terms_match_params(path, model)
     _restore_standardization(path, model, values)
     # Statistics are not stored: partial_fit must refuse rather than restart.
     model._stats = model._scales = None

@@ -587,3 +587,14 @@ def test_tampered_standardization_is_refused(fitted, model_file, tmp_path, key, 
     path = tampered(model_file, tmp_path / "bad.npz", {key: value})
     with pytest.raises(ValueError, match=f"entr(y|ies) .*{match}|{match}"):
         load_model(path)
+
+
+def test_a_term_the_parameters_do_not_have_is_refused(tmp_path):
+    X = np.random.default_rng(0).normal(size=(40, 4, 2))
+    y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
+    path = tmp_path / "model.npz"
+    save_model(LinearAttentionRegressor().fit(X, y), path)
+    bad = tampered(path, tmp_path / "bad.npz", {"intercept_": np.array([0.5])})
+    with pytest.raises(ValueError, match="'intercept_' is not zero, but the parameters say "
+                       "fit_intercept=False"):
+        load_model(bad)
