@@ -284,10 +284,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.fit_skip = fit_skip
 
     def _terms(self, d):
-        for name in ("fit_intercept", "fit_skip"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
-        return LinearTerms(d, intercept=self.fit_intercept, skip=self.fit_skip)
+        return LinearTerms.checked(d, self.fit_intercept, self.fit_skip)
 
     def _check_params(self):
         check_readout(self.readout)

@@ -59,6 +59,14 @@ class LinearTerms:
         self.intercept = bool(intercept)
         self.skip = bool(skip)
 
+    @classmethod
+    def checked(cls, d, intercept, skip, names=("fit_intercept", "fit_skip")):
+        """The terms of two user flags, each checked to be a bool (``names`` for the message)."""
+        for name, value in zip(names, (intercept, skip)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False; got {value!r}.")
+        return cls(d, intercept=intercept, skip=skip)
+
     @property
     def n_terms(self):
         """Number of term columns (``intercept + d * skip``)."""

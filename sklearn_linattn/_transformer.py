@@ -72,10 +72,8 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         self.include_skip = include_skip
 
     def _terms(self, d):
-        for name in ("include_bias", "include_skip"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False; got {getattr(self, name)!r}.")
-        return LinearTerms(d, intercept=self.include_bias, skip=self.include_skip)
+        return LinearTerms.checked(d, self.include_bias, self.include_skip,
+                                   ("include_bias", "include_skip"))
 
     def _layout(self):
         return {"token_dim": self.token_dim, "data_format": check_data_format(self.data_format)}

@@ -125,9 +125,7 @@ def certify_identifiability(
     tol = _check_tol(tol)
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
-    for name, value in (("fit_intercept", fit_intercept), ("fit_skip", fit_skip)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False; got {value!r}.")
+    LinearTerms.checked(1, fit_intercept, fit_skip)
     X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
     terms = LinearTerms(X.shape[2], intercept=fit_intercept, skip=fit_skip)
