@@ -734,3 +734,15 @@ def test_one_and_two_blas_threads_agree(solver):
                 coefs.append(_fit(solver, X, y).coef_)
     np.testing.assert_allclose(coefs[0], coefs[1], rtol=1e-10,
                                atol=1e-10 * np.abs(coefs[0]).max())
+
+
+@pytest.mark.parametrize("alpha", [1e-8, 1e-3, 1.0])
+def test_dual_ridge_on_tall_noisy_data_equals_eigh(alpha):
+    # More rows than features and targets no attention fits: the kernel's
+    # rounding-level eigenvalues hold the residual, and 1 / (mu + alpha) on
+    # them once put 2e-4 relative error into the coefficients at alpha = 1e-8.
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 5, 3)), rng.normal(size=200)
+    dual = LinearAttentionRegressor(solver="dual", alpha=alpha).fit(X, y).coef_
+    eigh = LinearAttentionRegressor(solver="eigh", alpha=alpha).fit(X, y).coef_
+    np.testing.assert_allclose(dual, eigh, rtol=0, atol=1e-10 * np.abs(eigh).max())

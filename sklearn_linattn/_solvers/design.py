@@ -124,6 +124,10 @@ def _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol):
     a_shift = float(np.ldexp(alpha, shift))
     denom = mu + a_shift
     keep = denom > (eigenvalue_tolerance(mu.max(initial=0.0), mu.size) if a_shift == 0 else 0)
+    # K has rank <= psi: with more rows than features its other eigenvalues are
+    # rounding, whose eigenvectors carry the residual; 1 / (mu + alpha) would
+    # amplify their rounding-level image Phi^T u into the coefficients.
+    keep[: max(0, mu.size - S.shape[1] * x.shape[1])] = False
     Yw = Yr if sw is None else Yr * sw[:, None]
     inv = np.zeros_like(mu)
     inv[keep] = 1.0 / denom[keep]
