@@ -42,6 +42,7 @@ from sklearn.utils.validation import check_array
 
 from ._solvers import SufficientStatistics
 from ._standardize import StandardizerAccumulator, TokenStandardizer
+from ._terms import LinearTerms
 from ._validation import (
     check_data_format,
     check_number,
@@ -270,9 +271,16 @@ def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_fe
 
 
 def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_features_in,
-                      data_format, standardizer):
-    """Sufficient statistics of one block of sequences, or None for an empty block."""
+                      data_format, standardizer, terms=(False, False)):
+    """Sufficient statistics of one block of sequences, or None for an empty block.
+
+    ``terms`` (intercept, skip) appends the term columns to the targets, in
+    the augmented ``standardizer``.
+    """
     def statistics(X, lengths, Y, w):
+        extra = LinearTerms(X.shape[2], intercept=terms[0], skip=terms[1])
+        if extra:
+            Y = extra.with_targets(X, lengths, Y, readout)
         return SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer).update(
             X, lengths, Y, readout=readout, sample_weight=w)
     return _on_block(statistics, X, y, sample_weight, offset, readout=readout,
@@ -510,6 +518,7 @@ def _compute(result, timeout):
 def dask_sufficient_statistics(
     X, y, *, readout="last", token_dim=None, sample_weight=None, n_features_in=None,
     split_every=None, standardizer=None, timeout=None, data_format="channels_last",
+    terms=(False, False),
 ):
     """Least-squares sufficient statistics of a dask array of sequences.
 
@@ -559,6 +568,10 @@ default=None
         no limit).  Independently, a cluster without any worker for
         ``sklearn-linattn.no-workers-timeout`` seconds (default 60) raises a
         TimeoutError instead of waiting for workers that will not come.
+    terms : tuple of bool (intercept, skip), default=(False, False)
+        Append the intercept and skip columns to the targets
+        (``fit_intercept`` / ``fit_skip``); ``standardizer`` must then be
+        given, with the term columns' target exponents.
 
     Returns
     -------
@@ -617,10 +630,13 @@ default=None
             n_features_in=n_features_in, split_every=split_every, timeout=timeout,
             data_format=data_format,
         ).finish()
+    if any(terms) and standardizer is None:
+        raise ValueError("terms need the augmented standardizer of the term columns.")
     result, n_tokens = _reduction(
         X, y, _block_statistics, _merge_blocks, "statistics", readout=readout,
         token_dim=token_dim, sample_weight=sample_weight, n_features_in=n_features_in,
         split_every=split_every, data_format=data_format, standardizer=standardizer,
+        terms=tuple(bool(t) for t in terms),
     )
     stats, single = _compute(result, timeout)
     return stats, n_tokens, single

@@ -136,8 +136,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         squares over the terms and the attention coefficients, and
         ``certificate_``, ``covers`` and ``error_bound`` are about the whole
         linear class (see the user guide's "Intercept and skip terms");
-        ``predict`` and ``generate`` add them.  Dask input does not support
-        the terms.
+        ``predict`` and ``generate`` add them; ``partial_fit`` and Dask input
+        accumulate them with the rest.
 
     Attributes
     ----------
@@ -340,7 +340,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._stats = self._scales = None
         self._terms(1)
         if is_dask_collection(X) or is_dask_collection(y):
-            self._refuse_dask_terms()
             stats, single, scales = self._dask_statistics(X, y, sample_weight)
             self._fit_statistics(stats, single_output=single)
             self._scales = scales
@@ -384,13 +383,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                            batches=batches, resolve=lambda: run(0.0))
         return self
 
-    def _refuse_dask_terms(self):
-        if self.fit_intercept or self.fit_skip:
-            raise ValueError(
-                "fit_intercept and fit_skip are not supported with dask input (its blocks "
-                "are reduced to attention statistics only); compute the arrays, or fit "
-                "without the terms."
-            )
+
 
     def partial_fit(self, X, y, sample_weight=None):
         """Add a batch of sequences to the fit (incremental sufficient statistics).
@@ -453,10 +446,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"{self._stats_terms[1]}); call fit to start afresh."
             )
         if is_dask_collection(X) or is_dask_collection(y):
-            self._refuse_dask_terms()
             stats, single, scales = self._dask_statistics(X, y, sample_weight, n_features_in,
                                                           previous)
-            self._check_outputs(stats.d_out, previous)
+            self._check_outputs(stats.d_out, previous, self._terms(stats.d).n_terms)
         else:
             data = TrainingData(X, y, sample_weight, layout=self._layout(),
                                 readout=self.readout, n_features_in=n_features_in)
@@ -563,7 +555,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         kwargs = dict(readout=self.readout, sample_weight=sample_weight,
                       n_features_in=n_features_in, **self._layout())
         scales, standardizer = self._continued_scales(dask_scales(X, y, **kwargs), previous)
-        stats, _, single = dask_sufficient_statistics(X, y, standardizer=standardizer, **kwargs)
+        terms = self._terms(standardizer.d)
+        if terms and scales is not None:  # the term columns ride along as targets
+            standardizer = terms.augment(standardizer, standardizer.y_exponents.size)
+        stats, _, single = dask_sufficient_statistics(
+            X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
         return stats, single, scales
 
     def _fit_statistics(self, stats, *, single_output=False, start=None):

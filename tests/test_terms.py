@@ -213,12 +213,25 @@ def test_terms_parameters_are_checked():
         LinearAttentionRegressor(fit_intercept="yes").fit(X, y)
 
 
-def test_dask_input_with_terms_is_refused():
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_dask_input_with_terms_equals_the_in_memory_fit(readout):
     da = pytest.importorskip("dask.array")
-    X = np.random.default_rng(9).normal(size=(30, 4, 2))
-    y = X[:, -1, 0]
-    with pytest.raises(ValueError, match="not supported with dask input"):
-        LinearAttentionRegressor(fit_skip=True).fit(da.from_array(X, chunks=10), y)
+    rng = np.random.default_rng(9)
+    teacher = _teacher(rng, 2, 1)
+    X = rng.normal(size=(90, 4, 2))
+    y = _apply(X, teacher, readout)
+    whole = LinearAttentionRegressor(readout, fit_intercept=True, fit_skip=True).fit(X, y)
+    lazy = LinearAttentionRegressor(readout, fit_intercept=True, fit_skip=True).fit(
+        da.from_array(X, chunks=25), da.from_array(y, chunks=25))
+    np.testing.assert_allclose(lazy.intercept_, whole.intercept_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(lazy.skip_coef_, whole.skip_coef_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(lazy.coef_, whole.coef_, rtol=1e-9, atol=1e-12)
+    assert lazy.certificate_ and lazy.certificate_.n_features == whole.certificate_.n_features
+    # partial_fit on dask blocks continues the same statistics.
+    model = LinearAttentionRegressor(readout, fit_intercept=True, fit_skip=True)
+    model.partial_fit(da.from_array(X[:45], chunks=20), y[:45])
+    model.partial_fit(X[45:], y[45:])
+    np.testing.assert_allclose(model.coef_, whole.coef_, rtol=1e-7, atol=1e-10)
 
 
 def test_model_file_round_trip_keeps_the_terms(tmp_path):
