@@ -7,6 +7,7 @@ global optimum; the solution converts back into attention heads.
 
 from ._certificate import IdentifiabilityCertificate, Witness, certify_identifiability
 from ._features import attention_kernel
+from ._repair import RepairResult, repair_certificate
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
 from .layouts import (
@@ -31,6 +32,7 @@ __all__ = [
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
     "OptimalityReport",
+    "RepairResult",
     "Witness",
     "attention_coefficients",
     "attention_kernel",
@@ -49,6 +51,7 @@ __all__ = [
     "mhla_loss_gradient",
     "paper_from_heads",
     "projections_from_heads",
+    "repair_certificate",
     "same_function",
     "save_model",
 ]

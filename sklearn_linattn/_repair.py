@@ -1,0 +1,427 @@
+"""Repairing a failed certificate: the fewest candidate sequences that close its null space.
+
+:func:`repair_certificate` chooses, from a pool of candidate sequences, a
+small set whose feature rows, added to the training rows, make ``Lambda_D``
+full rank (or make given held-out inputs covered).  The choice is greedy in
+the null space of the current certificate: all rank decisions are made in
+that certificate's standardized coordinates (the rank of a set of rows does
+not depend on an invertible map of the tokens), in the coordinates of an
+orthonormal null basis ``B`` (psi x k).  A candidate's rows ``R`` enter as
+``R B`` (its null components); choosing one removes the span of its residual
+from every other residual (a rank-r update of the chosen directions), so one
+step costs O(pool rows x k x r).  The claim is then checked by recomputing
+:func:`~sklearn_linattn.certify_identifiability` on the union, whose
+standardization differs (the token second moment changes); if rounding at the
+threshold makes the recomputed rank fall short of the predicted one, the
+greedy continues from the recomputed certificate.
+"""
+
+import dataclasses
+import math
+import numbers
+
+import numpy as np
+
+from ._certificate import IdentifiabilityCertificate, certify_identifiability
+from ._features import attention_features, prefix_features
+from ._validation import check_number, check_readout, check_sequences, validate_random_state
+
+__all__ = ["RepairResult", "repair_certificate"]
+
+_EPS = np.finfo(np.float64).eps
+# A direction counts as new when its squared size exceeds this many times the
+# certificate's thresholds (the eigenvalue tol times the row weight, and the
+# rounding level relative to the candidate's own energy).
+_SAFETY = 16.0
+# Each round of a generator draws max(_MIN_DRAW, 2 * remaining) candidates.
+_MIN_DRAW = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairResult:  # numpydoc ignore=PR01
+    """The sequences chosen to repair a certificate, and the certificate they give.
+
+    Returned by :func:`repair_certificate`, not constructed directly.  Truthy
+    iff the goal was reached.
+
+    Attributes
+    ----------
+    indices : ndarray of int or None
+        Positions of the chosen sequences in ``candidates``, in the order
+        chosen; None when the candidates came from a generator.
+    added : ndarray of shape (n_added, n_tokens, d)
+        The chosen sequences, NaN-padded, in the order chosen.
+    certificate : IdentifiabilityCertificate
+        :func:`~sklearn_linattn.certify_identifiability` of the training
+        sequences followed by ``added`` (``solver="eigh"``, the given
+        ``readout`` and ``tol``), recomputed on the union.
+    n_added : int
+        Number of sequences chosen.
+    reached : bool
+        Whether the goal holds for ``certificate``: it holds (no ``target``),
+        or it covers every ``target`` sequence.
+    null_dimension : int
+        ``n_features - certificate.rank``: undetermined directions left (0
+        when the certificate holds).
+    n_uncovered : int
+        Number of ``target`` sequences ``certificate`` does not cover (0
+        without a target).
+    lower_bound : int
+        Fewest additions any choice could need, from the initial certificate:
+        the dimension k still to close (``psi - rank`` without a target, the
+        dimension of the null components of the target's rows with one),
+        divided by the most feature rows a candidate has (1 for
+        ``readout="last"``), rounded up.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import repair_certificate
+    >>> rng = np.random.default_rng(0)
+    >>> result = repair_certificate(rng.normal(size=(4, 4, 2)), rng.normal(size=(20, 4, 2)))
+    >>> bool(result), result.n_added, result.lower_bound
+    (True, 2, 2)
+    """
+
+    indices: np.ndarray | None
+    added: np.ndarray
+    certificate: IdentifiabilityCertificate
+    n_added: int
+    reached: bool
+    null_dimension: int
+    n_uncovered: int
+    lower_bound: int
+
+    def __bool__(self):
+        return self.reached
+
+    def __repr__(self):
+        return (f"RepairResult(n_added={self.n_added}, reached={self.reached}, "
+                f"null_dimension={self.null_dimension}, n_uncovered={self.n_uncovered}, "
+                f"lower_bound={self.lower_bound})")
+
+
+def _padded(X, lengths, n_tokens):
+    """Zero-padded sequences (n, t, d) as NaN-padded (n, n_tokens, d)."""
+    out = np.full((X.shape[0], n_tokens, X.shape[2]), np.nan)
+    t = min(X.shape[1], n_tokens)
+    real = np.arange(t)[None, :] < lengths[:, None]
+    out[:, :t][real] = X[:, :t][real]
+    return out
+
+
+def _union(parts):
+    """NaN-padded concatenation of (X, lengths) pairs."""
+    n_tokens = max(int(L.max(initial=1)) for _, L in parts)
+    return np.concatenate([_padded(X, L, n_tokens) for X, L in parts])
+
+
+def _rows(cert, X, lengths, readout):
+    """Feature rows (n, t, psi) of zero-padded X in the certificate's coordinates."""
+    st = cert.standardization
+    Xs = st.transform(X)
+    H = attention_features(Xs, lengths)[:, None, :] if readout == "last" else (
+        prefix_features(Xs, lengths))
+    return st.scale_features(H)
+
+
+def _null_basis(cert):
+    """Orthonormal basis (psi, k) of the directions the certificate leaves undetermined."""
+    space = cert._row_space
+    V = space.eigenvectors
+    if V.shape[1] == space.n_features:
+        return V[:, space.rank:]
+    Q = np.linalg.qr(V[:, : space.rank], mode="complete")[0]
+    return Q[:, space.rank:]
+
+
+class _Greedy:
+    """One round of the greedy in the null coordinates of one certificate.
+
+    Parameters
+    ----------
+    cert : IdentifiabilityCertificate
+        Failed certificate, from a dense solver (complete null space).
+    H : ndarray of shape (m, t, psi)
+        Candidate feature rows in its coordinates (zero rows for padding).
+    T : ndarray of shape (n_t, psi) or None
+        Target feature rows (None: close the whole null space).
+    """
+
+    def __init__(self, cert, H, T=None):
+        space = cert._row_space
+        B = _null_basis(cert)
+        self.k = B.shape[1]
+        m, t, psi = H.shape
+        self.R = (H.reshape(-1, psi) @ B).reshape(m, t, self.k)
+        self.hh = np.einsum("mtp,mtp->m", H, H)
+        self.weight = space.weight_sum
+        self.tol = space.tol
+        self.rel = _SAFETY * space.rounding_tol / max(space.lambda_max, np.finfo(float).tiny)
+        self.available = self.hh > 0
+        self.target = None
+        if T is not None:
+            tt = np.einsum("rp,rp->r", T, T)
+            covered, lev = space.coverage(T[:, None, :])
+            self.allow = space.allowance(tt, lev[:, 0])
+            scale = np.sqrt(np.where(tt > 0, tt, 1.0))
+            self.target = (T @ B) / scale[:, None]  # unit rows: each counts alike
+            self.allow = self.allow / scale**2
+
+    def remaining(self):
+        """Dimension still to close: k, or that of the uncovered target components."""
+        if self.target is None:
+            return self.k
+        energy = np.einsum("rk,rk->r", self.target, self.target)
+        open_rows = self.target[energy > self.allow]
+        if not open_rows.shape[0]:
+            return 0
+        s = np.linalg.svd(open_rows, compute_uv=False)
+        return int(np.count_nonzero(s**2 > self.rel * max(1.0, float(s[0]) ** 2)))
+
+    def _directions(self):
+        """Per candidate: its new directions (m, r, k), which count (m, r), and gains."""
+        gain_tol = _SAFETY * self.tol * (self.weight + self.R.shape[1])
+        thr = np.maximum(gain_tol, self.rel * self.hh)
+        if self.R.shape[1] == 1:
+            r = self.R[:, 0, :]
+            s2 = np.einsum("mk,mk->m", r, r)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                dirs = (r / np.sqrt(np.where(s2 > 0, s2, 1.0))[:, None])[:, None, :]
+            return dirs, (s2 > thr)[:, None], s2[:, None]
+        _, s, Vt = np.linalg.svd(self.R, full_matrices=False)
+        return Vt, s**2 > thr[:, None], s**2
+
+    def step(self):
+        """Choose one candidate and update every residual; its index, or None."""
+        dirs, useful, s2 = self._directions()
+        useful &= self.available[:, None]
+        rank = useful.sum(axis=1)
+        best = None
+        if self.target is not None:
+            # Target energy the candidate's new directions absorb.
+            absorbed = np.einsum("rk,mik->mir", self.target, dirs) ** 2
+            score = np.where(useful, absorbed.sum(axis=2), 0.0).sum(axis=1)
+            best = int(np.argmax(score))
+            if not score[best] > self.rel:
+                best = None  # no single candidate helps now: widen the span instead
+        if best is None:
+            energy = np.where(useful, s2, 0.0).sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                score = np.where(rank > 0, energy / self.hh, -1.0)
+            key = np.lexsort((-score, -rank))  # most new directions, then most energy
+            best = int(key[0])
+            if rank[best] == 0:
+                return None
+        U = dirs[best][useful[best]].T  # (k, r), orthonormal
+        # Re-orthogonalize against rounding before the rank-r update.
+        U = np.linalg.qr(U)[0]
+        self.R -= (self.R @ U) @ U.T[None]
+        if self.target is not None:
+            self.target -= (self.target @ U) @ U.T
+        self.available[best] = False
+        self.weight += self.R.shape[1]
+        if self.target is None:
+            self.k -= U.shape[1]
+        return best
+
+
+def _check_max_added(max_added):
+    return check_number(max_added, "max_added", integer=True, low=0, allow_none=True)
+
+
+def _draw(generate, k, rng, d):
+    """``generate(k, rng)``, validated as k sequences of token dimension d."""
+    out = generate(k, rng)
+    try:
+        Xc, Lc = check_sequences(out, n_features_in=d, name="the candidates generate(k, rng) "
+                                 "returned", expected_by="the training sequences have it")
+    except TypeError as exc:
+        raise TypeError(f"candidates: {exc}") from None
+    if Xc.shape[0] == 0:
+        raise ValueError(f"candidates: generate({k}, rng) returned no sequences.")
+    return Xc, Lc
+
+
+def repair_certificate(
+    X, candidates, *, readout="last", target=None, max_added=None, tol=None, random_state=None,
+):
+    """Choose the fewest candidate sequences to add so that the certificate holds.
+
+    Greedy in the null space of the certificate: repeatedly adds the
+    candidate whose feature rows bring the most new directions, and among
+    those the most energy in the undetermined directions relative to their
+    own norm, until ``Lambda_D`` has full rank (or every ``target`` input is
+    covered), then recomputes the certificate on the union.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+        Training sequences, NaN-padded (trailing all-NaN tokens are padding).
+    candidates : array-like of shape (m, n_tokens_c, d), list of (n_i, d) arrays, or callable
+        The pool to choose from, or a generator ``candidates(k, rng)`` that
+        returns k new candidate sequences (an array or a list; ``rng`` is a
+        :class:`numpy.random.Generator`).  A generator is drawn in rounds of
+        ``max(16, 2 * r)`` candidates, r the dimension still to close, and
+        the greedy chooses within each round; it stops after a round from
+        which nothing is chosen.
+    readout : {"last", "all"}, default="last"
+        Whose feature rows count, as in
+        :func:`~sklearn_linattn.certify_identifiability`: one per sequence,
+        or one per prefix (then a candidate adds all its prefix rows and can
+        close several directions at once).
+    target : array-like of shape (n_target, n_tokens_t, d), list of arrays, or None, default=None
+        None: repair the certificate itself.  Otherwise held-out inputs to
+        make covered (:meth:`IdentifiabilityCertificate.covers` all True),
+        which may need far fewer additions.
+    max_added : int or None, default=None
+        Most sequences to add; None: no limit beyond the pool.
+    tol : float or None, default=None
+        Threshold on the eigenvalues of ``Lambda_D``, passed to
+        :func:`~sklearn_linattn.certify_identifiability` for every
+        certificate computed here.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seeds the ``rng`` handed to a generator; unused for a fixed pool.
+
+    Returns
+    -------
+    result : RepairResult
+        The chosen ``indices`` (positions in a fixed pool) and sequences
+        (``added``), the recomputed ``certificate`` of X plus ``added``, and
+        whether the goal was ``reached``.  When the pool cannot reach it
+        (its sequences do not span the missing directions, or ``max_added``
+        is too small), no error is raised: ``reached`` is False and
+        ``null_dimension`` / ``n_uncovered`` say what is left, with the
+        useful sequences the pool had added.
+
+    Raises
+    ------
+    ValueError
+        If ``candidates`` (or what a generator returns) or ``target`` do not
+        have the token dimension of X, or a parameter is out of range.
+    TypeError
+        If ``candidates`` is neither sequences nor callable.
+
+    See Also
+    --------
+    certify_identifiability : The certificate being repaired.
+
+    Notes
+    -----
+    With ``readout="last"`` and no target, each added sequence closes at most
+    one direction and the greedy adds only sequences that close one, so it
+    stops after exactly ``psi - rank`` additions whenever the pool can
+    repair the certificate: the fewest possible (the sets of rows that close
+    the null space are the bases of a linear matroid, all of one size).  With
+    ``readout="all"`` or a target the problem is a covering problem (hard in
+    general) and the greedy is a heuristic; ``benchmarks/repair_sizes.py``
+    measures it against brute force (see the user guide).
+
+    A direction counts as closed when its squared size exceeds 16 times both
+    ``tol * W`` (W the number of rows) and the rounding level relative to the
+    candidate's energy; the verdict is the recomputed certificate's, and if
+    it falls short of the greedy's prediction (rounding at the threshold) the
+    greedy continues from it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import certify_identifiability, repair_certificate
+    >>> from sklearn_linattn.datasets import make_associative_memory
+    >>> X, _ = make_associative_memory(200, 2, distribution="orthonormal", random_state=0)
+    >>> cert = certify_identifiability(X)
+    >>> bool(cert), cert.n_features - cert.rank
+    (False, 4)
+    >>> pool, _ = make_associative_memory(30, 2, random_state=1)  # Gaussian memories
+    >>> result = repair_certificate(X, pool)
+    >>> bool(result.certificate), result.n_added, result.indices.shape
+    (True, 4, (4,))
+    """
+    check_readout(readout)
+    max_added = _check_max_added(max_added)
+    tol = check_number(tol, "tol", low=0.0, allow_none=True)
+    X, lengths = check_sequences(X)
+    d = X.shape[2]
+    expected = "the training sequences X have it"
+    generate = candidates if callable(candidates) else None
+    if generate is None:
+        if isinstance(candidates, (str, bytes, numbers.Number)) or candidates is None:
+            raise TypeError(
+                "candidates must be sequences (an array of shape (m, n_tokens, d) or a list "
+                f"of (n_i, d) arrays) or a callable generate(k, rng); got {candidates!r} of "
+                f"type {type(candidates).__name__}."
+            )
+        pool, pool_lengths = check_sequences(
+            candidates, n_features_in=d, name="candidates", expected_by=expected)
+        rng = None
+    else:
+        rng = (random_state if isinstance(random_state, np.random.Generator)
+               else np.random.default_rng(validate_random_state(random_state).randint(2**31)))
+    if target is not None:
+        target, target_lengths = check_sequences(
+            target, n_features_in=d, name="target", expected_by=expected)
+
+    def certify(parts):
+        return certify_identifiability(_union(parts), readout=readout, tol=tol, solver="eigh")
+
+    def goal(cert):
+        if target is None:
+            return bool(cert), 0
+        uncovered = int(np.count_nonzero(~cert.covers(_padded(target, target_lengths,
+                                                              target.shape[1]))))
+        return uncovered == 0, uncovered
+
+    def target_rows(cert):
+        if target is None:
+            return None
+        return _rows(cert, target, target_lengths, readout).reshape(-1, cert.n_features)
+
+    parts = [(X, lengths)]
+    cert = certify(parts)
+    chosen, chosen_parts = [], []
+    budget = math.inf if max_added is None else max_added
+    reached, uncovered = goal(cert)
+    rows_max = 1 if readout == "last" else (
+        int(pool_lengths.max(initial=1)) if generate is None else 1)
+    to_close = 0 if reached else _Greedy(cert, np.zeros((0, 1, cert.n_features)),
+                                         target_rows(cert)).remaining()
+    taken = np.zeros(0 if generate is not None else pool.shape[0], dtype=bool)
+    n_chosen = 0
+    while not reached and n_chosen < budget:
+        if generate is None:
+            left = np.flatnonzero(~taken)
+            Xc, Lc = pool[left], pool_lengths[left]
+        else:
+            g0 = _Greedy(cert, np.zeros((0, 1, cert.n_features)), target_rows(cert))
+            Xc, Lc = _draw(generate, max(_MIN_DRAW, 2 * g0.remaining()), rng, d)
+            if readout == "all":
+                rows_max = max(rows_max, int(Lc.max(initial=1)))
+            left = np.arange(Xc.shape[0])
+        if not Xc.shape[0]:
+            break
+        greedy = _Greedy(cert, _rows(cert, Xc, Lc, readout), target_rows(cert))
+        picked = []
+        while n_chosen + len(picked) < budget and greedy.remaining() > 0:
+            j = greedy.step()
+            if j is None:
+                break
+            picked.append(j)
+        if not picked:
+            break
+        picked = np.asarray(picked)
+        n_chosen += picked.size
+        if generate is None:
+            taken[left[picked]] = True
+            chosen.extend(left[picked].tolist())
+        chosen_parts.append((Xc[picked], Lc[picked]))
+        cert = certify(parts + chosen_parts)
+        reached, uncovered = goal(cert)
+    added_parts = chosen_parts or [(np.zeros((0, 1, d)), np.zeros(0, dtype=np.int64))]
+    added = _union(added_parts)
+    n_added = added.shape[0]
+    return RepairResult(
+        indices=None if generate is not None else np.asarray(chosen, dtype=np.intp),
+        added=added, certificate=cert, n_added=n_added, reached=bool(reached),
+        null_dimension=int(cert.n_features - cert.rank), n_uncovered=uncovered,
+        lower_bound=int(math.ceil(to_close / rows_max)),
+    )
