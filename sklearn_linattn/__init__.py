@@ -9,6 +9,7 @@ from ._certificate import IdentifiabilityCertificate, Witness, certify_identifia
 from ._features import attention_kernel
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
+from ._fewheads import HeadsFit, LocalCertificate, certify_heads_locally, fit_heads
 from .layouts import (
     heads_from_paper,
     heads_from_projections,
@@ -27,17 +28,21 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AdamLinearAttentionRegressor",
+    "HeadsFit",
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
+    "LocalCertificate",
     "OptimalityReport",
     "Witness",
     "attention_coefficients",
     "attention_kernel",
     "compare_to_optimum",
+    "certify_heads_locally",
     "certify_identifiability",
     "compress_heads",
     "datasets",
+    "fit_heads",
     "heads_from_coefficients",
     "heads_from_paper",
     "heads_from_projections",
