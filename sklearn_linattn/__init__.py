@@ -10,6 +10,7 @@ from ._features import attention_kernel
 from ._repair import RepairResult, repair_certificate
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
+from ._fewheads import HeadsFit, LocalCertificate, certify_heads_locally, fit_heads
 from .layouts import (
     heads_from_paper,
     heads_from_projections,
@@ -28,18 +29,22 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AdamLinearAttentionRegressor",
+    "HeadsFit",
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
+    "LocalCertificate",
     "OptimalityReport",
     "RepairResult",
     "Witness",
     "attention_coefficients",
     "attention_kernel",
     "compare_to_optimum",
+    "certify_heads_locally",
     "certify_identifiability",
     "compress_heads",
     "datasets",
+    "fit_heads",
     "heads_from_coefficients",
     "heads_from_paper",
     "heads_from_projections",
