@@ -13,6 +13,8 @@ from ._features import (
     n_attention_features,
     row_factors,
 )
+from ._attention import attention_coefficients
+from ._fewheads import fit_heads
 from ._heads import CompressionJudge, compress_heads, heads_from_coefficients
 from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
 from ._solvers import (
@@ -73,7 +75,15 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         :class:`~sklearn.exceptions.ConvergenceWarning` says when the k heads
         fit the training data materially worse than the unconstrained
         optimum: by more than the data's own noise explains (see the user
-        guide on compression), not merely inexactly.
+        guide on compression), not merely inexactly.  When the data do not
+        identify the unconstrained model (``certificate_`` fails, e.g. fewer
+        rows than psi) and its minimum-norm point has no k-head form, ``fit``
+        fits k heads to the data directly
+        (:func:`~sklearn_linattn.fit_heads`, far fewer samples than psi for
+        few heads) and keeps them if they fit better; ``local_certificate_``
+        then says whether the data identify them locally.  Not with
+        ``fit_intercept`` / ``fit_skip``, nor in ``partial_fit`` or on Dask
+        input (which keep no sequences).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         How the least squares is solved (N feature rows, psi features, P =
         d (d + 1) / 2); all give the same fit and verdict, to rounding (to
@@ -154,6 +164,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Fused key-query matrices Q_h.
     n_heads_ : int
         Number of heads returned.
+    local_certificate_ : LocalCertificate or None
+        When the heads were fitted to the data directly (see ``n_heads``):
+        whether the data identify the k-head function near the fit
+        (:func:`~sklearn_linattn.certify_heads_locally`; a local statement
+        only).  None otherwise.
     compression_residual_ : float or None
         Relative coefficient residual of the head compression (None when
         ``n_heads`` did not call for compression), measured in the
@@ -380,8 +395,19 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         if REGISTRY[solver].statistics:
             self._stats = solution.counts
         self._set_solution(solution, single_output=single, start=start,
-                           batches=batches, resolve=lambda: run(0.0))
+                           batches=batches, resolve=lambda: run(0.0),
+                           direct=None if terms else lambda: self._direct_heads(data))
         return self
+
+    def _direct_heads(self, data):
+        """``fit_heads`` on the training data (NaN-padded again, as it reads sequences)."""
+        X, lengths, Y, w = data.arrays(False)
+        real = real_tokens(lengths, X.shape[1])
+        X = np.where(real[:, :, None], X, np.nan)
+        if self.readout == "all":
+            Y = np.where(real[:, :, None], Y, np.nan)
+        return fit_heads(X, Y, self.n_heads, readout=self.readout, sample_weight=w,
+                         random_state=self.random_state)
 
 
 
@@ -627,7 +653,22 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         )
         return self
 
-    def _set_solution(self, solution, *, single_output, start, batches=None, resolve=None):
+    def _fit_heads_directly(self, direct, judge, V, Q, standardizer, folded, start):
+        """Heads fitted to the data (``fit_heads``) when they fit better than the compression."""
+        fitted = direct()
+        Vd, Qd = standardizer.heads_from_user(fitted.V, fitted.Q)
+        if not judge.excess(Vd, Qd) < judge.excess(V, Q):
+            return V, Q
+        self.local_certificate_ = fitted.certificate
+        norm = np.linalg.norm(folded)
+        gap = np.linalg.norm(attention_coefficients(Vd, Qd) - folded)
+        self.compression_residual_ = float(gap / norm) if norm > 0 else float(gap)
+        self._log(f"{self.n_heads} heads fitted to the data directly (local certificate "
+                  f"{'holds' if fitted.certificate else 'fails'})", start)
+        return Vd, Qd
+
+    def _set_solution(self, solution, *, single_output, start, batches=None, resolve=None,
+                      direct=None):
         counts = solution.counts
         d = counts.d
         self._log(f"least squares on {n_attention_features(d)} features "
@@ -660,6 +701,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         V, Q = heads_from_coefficients(folded, d)
         self._log(f"{V.shape[0]} heads from the SVD", start)
         self.compression_residual_ = None
+        self.local_certificate_ = None
         if self.n_heads is not None and V.shape[0] > self.n_heads:
             judge = CompressionJudge(self.certificate_, counts, coef_std, standardizer,
                                      n_outputs=d_out)
@@ -667,6 +709,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 folded, d, self.n_heads, tol=judge.tolerance(), random_state=self.random_state,
                 warn=False,
             )
+            if direct is not None and not self.certificate_ and judge.is_material(V, Q):
+                # The data do not determine the unconstrained fit, and its
+                # minimum-norm point has no k-head form: fit k heads to the data.
+                V, Q = self._fit_heads_directly(direct, judge, V, Q, standardizer, folded, start)
             judge.warn_if_material(V, Q, self.n_heads)
             self._log(
                 f"compressed to {self.n_heads} heads, relative coefficient residual "

@@ -635,12 +635,20 @@ class CompressionJudge:
             return 1e-10
         return max(1e-10, float(np.sqrt(self._allowed() / (top * norm2))))
 
-    def warn_if_material(self, V, Q, n_heads):
+    def excess(self, V, Q):
+        """Excess empirical risk of standardized heads (V, Q) over the unconstrained fit."""
         delta = self.st.from_folded(attention_coefficients(V, Q)) - self.coef
         q = self.cert._quadratic(delta) if self.exact else None
-        excess = float(np.sum(q)) if q is not None else (
+        return float(np.sum(q)) if q is not None else (
             max(self.cert.min_eigenvalue - self.cert.min_eigenvalue_error, 0.0)
             * float(np.sum(delta**2)))
+
+    def is_material(self, V, Q):
+        """Whether heads (V, Q) fit the training data materially worse than the optimum."""
+        return self.excess(V, Q) > self._allowed()
+
+    def warn_if_material(self, V, Q, n_heads):
+        excess = self.excess(V, Q)
         if excess > self._allowed():
             ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
             heads = "head" if n_heads == 1 else "heads"

@@ -327,6 +327,22 @@ class TokenStandardizer:
         _check_finite(Q, "The key-query matrices on the data's own units")
         return V, Q
 
+    def heads_from_user(self, V, Q):
+        """Heads on the user's data -> heads on standardized data (inverse of :meth:`heads_to_user`)."""
+        V = np.asarray(V, dtype=np.float64)
+        Q = np.asarray(Q, dtype=np.float64)
+        e = self.exponents
+        ey = np.zeros(V.shape[1], dtype=np.int64) if self.y_exponents is None else self.y_exponents
+        V = _ldexp(V, (e[None, :] - ey[:, None])[None])
+        Q = _ldexp(Q, (e[:, None] + e[None, :])[None])
+        if self.whitening is not None:
+            Wi = self.inverse_whitening
+            V = V @ Wi.T
+            Q = Wi @ Q @ Wi.T
+        _check_finite(V, "The value matrices in standardized units")
+        _check_finite(Q, "The key-query matrices in standardized units")
+        return V, Q
+
     def inputs_to_user(self, Z):
         """Standardized sequences -> the user's sequences (inverse of :meth:`transform`)."""
         Z = np.asarray(Z, dtype=np.float64)

@@ -74,11 +74,15 @@ def test_min_norm_then_compress_does_not_recover_below_psi():
     rng, V, Q = generator(1, 6, 1)
     X = sequences(rng, 60, 6)
     y = mhla_forward(X, V, Q)
-    model = LinearAttentionRegressor(n_heads=1).fit(X, y[:, 0])
-    V_c, Q_c = model.value_matrices_, model.key_query_matrices_
+    from sklearn_linattn import compress_heads
+    min_norm = LinearAttentionRegressor().fit(X, y[:, 0]).coef_
+    V_c, Q_c, _ = compress_heads(min_norm, 6, 1, random_state=0, warn=False)
     assert ood_error(V, Q, V_c, Q_c, "last") > 1e-2
     fit = fit_heads(X, y, 1, random_state=0)
     assert ood_error(V, Q, fit.V, fit.Q, "last") < 1e-8
+    # The regressor with n_heads=1 takes the direct fit on such data.
+    model = LinearAttentionRegressor(n_heads=1, random_state=0).fit(X, y[:, 0])
+    assert ood_error(V, Q, model.value_matrices_, model.key_query_matrices_, "last") < 1e-8
 
 
 def test_fitted_model_matches_loop_forward_pass():
@@ -265,3 +269,37 @@ def test_errors_name_the_argument():
         certify_heads_locally(X[:, :, :2], V, Q)
     with pytest.raises(ValueError, match="V"):
         certify_heads_locally(X, V[:, :, :2], Q)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_regressor_fits_few_heads_directly_below_psi(readout, tmp_path):
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from sklearn_linattn import LinearAttentionRegressor, load_model, save_model
+
+    rng = np.random.default_rng(21)
+    d = 6  # psi = 126
+    V, Q = rng.normal(size=(1, 1, d)), rng.normal(size=(1, d, d))
+    n = 60 if readout == "last" else 8  # 60 rows, or 80 prefix rows, against psi = 126
+    X = rng.normal(size=(n, 10, d))
+    y = mhla_forward(X, V, Q, readout=readout)[..., 0]
+    X_far = 2.0 * rng.normal(size=(5, 30, d))
+    truth = mhla_forward(X_far, V, Q, readout=readout)[..., 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = LinearAttentionRegressor(readout, n_heads=1, random_state=0).fit(X, y)
+    assert not model.certificate_ and model.local_certificate_
+    np.testing.assert_allclose(model.predict(X_far), truth, atol=1e-8 * np.abs(truth).max())
+    # Compressing the minimum-norm solution instead (the previous behaviour) is far off.
+    plain = LinearAttentionRegressor(readout).fit(X, y)
+    assert np.abs(plain.predict(X_far) - truth).max() > 1e-2 * np.abs(truth).max()
+    save_model(model, tmp_path / "m.npz")
+    np.testing.assert_array_equal(load_model(tmp_path / "m.npz").predict(X_far),
+                                  model.predict(X_far))
+    # Identifiable data keep the compression path.
+    X_many = rng.normal(size=(300, 5, d))
+    y_many = mhla_forward(X_many, V, Q, readout=readout)[..., 0]
+    full = LinearAttentionRegressor(readout, n_heads=1, random_state=0).fit(X_many, y_many)
+    assert full.certificate_ and full.local_certificate_ is None
