@@ -21,6 +21,7 @@ from ._io import load_model, save_model
 from .optimality import OptimalityReport, compare_to_optimum
 from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_loss_gradient
 from . import datasets
+from . import design
 from . import metrics
 
 __version__ = "0.1.0.dev0"
@@ -38,6 +39,7 @@ __all__ = [
     "certify_identifiability",
     "compress_heads",
     "datasets",
+    "design",
     "heads_from_coefficients",
     "heads_from_paper",
     "heads_from_projections",
