@@ -23,6 +23,7 @@ from ._io import load_model, save_model
 from .optimality import OptimalityReport, compare_to_optimum
 from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_loss_gradient
 from . import datasets
+from . import design
 from . import metrics
 
 __version__ = "0.1.0.dev0"
@@ -39,11 +40,12 @@ __all__ = [
     "Witness",
     "attention_coefficients",
     "attention_kernel",
-    "compare_to_optimum",
     "certify_heads_locally",
+    "compare_to_optimum",
     "certify_identifiability",
     "compress_heads",
     "datasets",
+    "design",
     "fit_heads",
     "heads_from_coefficients",
     "heads_from_paper",
