@@ -14,9 +14,9 @@ from ._features import (
     row_factors,
 )
 from ._attention import attention_coefficients
-from ._fewheads import fit_heads
+from ._fewheads import fit_heads, fit_heads_memory, fit_heads_work
 from ._heads import CompressionJudge, compress_heads, heads_from_coefficients
-from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
+from ._memory import iter_sample_chunks, n_pairs, real_tokens, resolve_budget, sample_values
 from ._solvers import (
     REGISTRY,
     SOLVERS,
@@ -28,6 +28,7 @@ from ._solvers import (
     solve_statistics,
     solver_memory,
 )
+from ._solvers._rows import count_rows
 from ._terms import LinearTerms, fit_terms
 from ._training import TrainingData
 from ._standardize import (
@@ -45,6 +46,12 @@ from ._validation import (
 )
 
 __all__ = ["LinearAttentionRegressor"]
+
+# fit fits k heads to the data directly (n_heads below an unidentified fit)
+# only when one Levenberg-Marquardt step (an SVD of the Jacobian) stays below
+# this many floating-point operations, about a second here: restarts and
+# iterations multiply it.
+_DIRECT_FIT_WORK = 2e9
 
 
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
@@ -400,8 +407,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         return self
 
     def _direct_heads(self, data):
-        """``fit_heads`` on the training data (NaN-padded again, as it reads sequences)."""
+        """``fit_heads`` on the training data (NaN-padded again, as it reads sequences).
+
+        None when it would not fit the memory budget or its steps would take
+        minutes (the compression's warning then stands; ``fit_heads`` itself
+        can still be called).
+        """
         X, lengths, Y, w = data.arrays(False)
+        rows = count_rows(lengths, self.readout, w)
+        shape = (rows, X.shape[2], Y.shape[-1], self.n_heads)
+        if (fit_heads_memory(*shape) > resolve_budget(None)
+                or fit_heads_work(*shape) > _DIRECT_FIT_WORK):
+            return None
         real = real_tokens(lengths, X.shape[1])
         X = np.where(real[:, :, None], X, np.nan)
         if self.readout == "all":
@@ -656,6 +673,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def _fit_heads_directly(self, direct, judge, V, Q, standardizer, folded, start):
         """Heads fitted to the data (``fit_heads``) when they fit better than the compression."""
         fitted = direct()
+        if fitted is None:
+            return V, Q
         Vd, Qd = standardizer.heads_from_user(fitted.V, fitted.Q)
         if not judge.excess(Vd, Qd) < judge.excess(V, Q):
             return V, Q

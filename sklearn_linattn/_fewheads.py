@@ -23,7 +23,7 @@ import numpy as np
 import scipy.linalg
 
 from ._heads import _key_query_design, _value_design, heads_from_coefficients
-from ._memory import real_tokens, single_blas_thread
+from ._memory import real_tokens, resolve_budget, single_blas_thread
 from ._standardize import _exponent, max_exponent
 from ._validation import (
     check_heads,
@@ -35,7 +35,8 @@ from ._validation import (
     validate_random_state,
 )
 
-__all__ = ["HeadsFit", "LocalCertificate", "certify_heads_locally", "fit_heads"]
+__all__ = ["HeadsFit", "LocalCertificate", "certify_heads_locally", "fit_heads",
+           "fit_heads_memory", "fit_heads_work"]
 
 _EPS = np.finfo(np.float64).eps
 # Largest feature matrix (entries) built for the minimum-norm start.
@@ -429,6 +430,25 @@ def _training_rows(X, y, readout, sample_weight, heads_d=None):
     return _Rows(X, lengths, Y, readout, w)
 
 
+def fit_heads_memory(n_rows, d, d_out, n_heads):
+    """Bytes of the largest arrays ``fit_heads`` holds at once.
+
+    The Jacobian of the training outputs (``n_rows d_out`` x the ``k (d_out d
+    + d**2)`` parameters) and that of the coefficient map (``d_out psi`` x
+    the parameters), each with its SVD factors (about three copies).
+    """
+    n_params = n_heads * (d_out * d + d * d)
+    psi = d * d * (d + 1) // 2
+    return 8.0 * 3 * n_params * (n_rows * d_out + d_out * psi)
+
+
+def fit_heads_work(n_rows, d, d_out, n_heads):
+    """Floating-point operations of one Levenberg-Marquardt step of ``fit_heads`` (an SVD)."""
+    n_params = n_heads * (d_out * d + d * d)
+    m = n_rows * d_out
+    return float(m) * n_params * min(m, n_params)
+
+
 def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, max_iter=300,
               tol=1e-12, certify=True, random_state=None):
     """Fit a k-head linear attention directly to data, with fewer rows than psi.
@@ -489,7 +509,9 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
     Raises
     ------
     ValueError
-        For invalid X, y, sample_weight, readout or numbers out of range.
+        For invalid X, y, sample_weight, readout or numbers out of range, and
+        before allocating Jacobians larger than the memory budget (half the
+        physical memory).
     TypeError
         For parameters of the wrong type.
 
@@ -534,6 +556,15 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
         raise TypeError(f"certify must be True or False; got {certify!r}.")
     rng = validate_random_state(random_state)
     rows = _training_rows(X, y, readout, sample_weight)
+    need = fit_heads_memory(rows.n_rows, rows.d, rows.d_out, n_heads)
+    budget = resolve_budget(None)
+    if need > budget:
+        raise ValueError(
+            f"fit_heads needs about {need / 2**30:.3g} GiB for the Jacobians of {n_heads} "
+            f"heads on {rows.n_rows} rows (d = {rows.d}, d_out = {rows.d_out}), more than the "
+            f"memory budget of {budget / 2**30:.3g} GiB (half the physical memory); use "
+            "fewer rows or heads."
+        )
     norm2 = float(np.sum((rows.Y * rows.sqrt_w[:, None]) ** 2))
     best = None
     n_starts = 0

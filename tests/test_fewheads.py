@@ -303,3 +303,31 @@ def test_regressor_fits_few_heads_directly_below_psi(readout, tmp_path):
     y_many = mhla_forward(X_many, V, Q, readout=readout)[..., 0]
     full = LinearAttentionRegressor(readout, n_heads=1, random_state=0).fit(X_many, y_many)
     assert full.certificate_ and full.local_certificate_ is None
+
+
+def test_fit_heads_refuses_jacobians_beyond_the_memory_budget(monkeypatch):
+    from sklearn_linattn import _fewheads
+
+    rng, V, Q = generator(1, 4, 1)
+    X = sequences(rng, 30, 4)
+    monkeypatch.setattr(_fewheads, "resolve_budget", lambda budget: 1000.0)
+    with pytest.raises(ValueError, match="fit_heads needs about .* GiB for the Jacobians"):
+        fit_heads(X, mhla_forward(X, V, Q), 1)
+
+
+def test_regressor_keeps_the_compression_when_a_direct_fit_would_be_too_large(monkeypatch):
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from sklearn_linattn import LinearAttentionRegressor, _estimators
+
+    rng, V, Q = generator(1, 6, 1)
+    X = sequences(rng, 60, 6)
+    y = mhla_forward(X, V, Q)[:, 0]
+    monkeypatch.setattr(_estimators, "_DIRECT_FIT_WORK", 1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = LinearAttentionRegressor(n_heads=1, random_state=0).fit(X, y)
+    assert model.local_certificate_ is None
+    assert any(issubclass(w.category, ConvergenceWarning) for w in caught)
