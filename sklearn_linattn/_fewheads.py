@@ -442,6 +442,19 @@ def fit_heads_memory(n_rows, d, d_out, n_heads):
     return 8.0 * 3 * n_params * (n_rows * d_out + d_out * psi)
 
 
+def _check_jacobian_memory(what, rows, n_heads):
+    """Refuse, before allocating them, Jacobians larger than the memory budget."""
+    need = fit_heads_memory(rows.n_rows, rows.d, rows.d_out, n_heads)
+    budget = resolve_budget(None)
+    if need > budget:
+        raise ValueError(
+            f"{what} needs about {need / 2**30:.3g} GiB for the Jacobians of {n_heads} "
+            f"heads on {rows.n_rows} rows (d = {rows.d}, d_out = {rows.d_out}), more than the "
+            f"memory budget of {budget / 2**30:.3g} GiB (half the physical memory); use "
+            "fewer rows or heads."
+        )
+
+
 def fit_heads_work(n_rows, d, d_out, n_heads):
     """Floating-point operations of one Levenberg-Marquardt step of ``fit_heads`` (an SVD)."""
     n_params = n_heads * (d_out * d + d * d)
@@ -556,15 +569,7 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
         raise TypeError(f"certify must be True or False; got {certify!r}.")
     rng = validate_random_state(random_state)
     rows = _training_rows(X, y, readout, sample_weight)
-    need = fit_heads_memory(rows.n_rows, rows.d, rows.d_out, n_heads)
-    budget = resolve_budget(None)
-    if need > budget:
-        raise ValueError(
-            f"fit_heads needs about {need / 2**30:.3g} GiB for the Jacobians of {n_heads} "
-            f"heads on {rows.n_rows} rows (d = {rows.d}, d_out = {rows.d_out}), more than the "
-            f"memory budget of {budget / 2**30:.3g} GiB (half the physical memory); use "
-            "fewer rows or heads."
-        )
+    _check_jacobian_memory("fit_heads", rows, n_heads)
     norm2 = float(np.sum((rows.Y * rows.sqrt_w[:, None]) ** 2))
     best = None
     n_starts = 0
@@ -648,4 +653,5 @@ def certify_heads_locally(X, V, Q, *, readout="last", sample_weight=None):
     if readout == "all":
         Y[~real_tokens(lengths, n_tokens)] = np.nan
     rows = _training_rows(X, Y, readout, sample_weight, heads_d=V.shape[2])
+    _check_jacobian_memory("certify_heads_locally", rows, V.shape[0])
     return _certificate(rows, *rows.to_standard(V, Q))

@@ -313,6 +313,8 @@ def test_fit_heads_refuses_jacobians_beyond_the_memory_budget(monkeypatch):
     monkeypatch.setattr(_fewheads, "resolve_budget", lambda budget: 1000.0)
     with pytest.raises(ValueError, match="fit_heads needs about .* GiB for the Jacobians"):
         fit_heads(X, mhla_forward(X, V, Q), 1)
+    with pytest.raises(ValueError, match="certify_heads_locally needs about .* GiB"):
+        certify_heads_locally(X, V, Q)
 
 
 def test_regressor_keeps_the_compression_when_a_direct_fit_would_be_too_large(monkeypatch):
