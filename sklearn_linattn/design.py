@@ -50,9 +50,9 @@ import scipy.optimize
 import scipy.stats
 from sklearn.exceptions import ConvergenceWarning
 
-from ._certificate import certify_identifiability
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features, pair_indices, row_factors
+from ._memory import resolve_budget
 from ._validation import check_number, check_readout, check_sequences, validate_random_state
 
 __all__ = ["OracleFit", "identifying_design", "learn_from_oracle", "minimum_design_size"]
@@ -195,6 +195,25 @@ def _criterion(X, readout, p):
     return value, (Gf @ W).reshape(X.shape)
 
 
+def _check_design_memory(n_samples, n_tokens, d, readout):
+    """Refuse, before allocating them, feature rows and Gram matrices beyond the budget.
+
+    Each evaluation of the criterion holds the feature rows and their product
+    with the gradient (two N x psi arrays) and the psi x psi Gram matrix with
+    its eigenvectors and the gradient's matrix (three).
+    """
+    psi = n_attention_features(d)
+    n_rows = n_samples * (1 if readout == "last" else n_tokens)
+    need = 8.0 * (2 * n_rows * psi + 3 * psi * psi)
+    budget = resolve_budget(None)
+    if need > budget:
+        raise ValueError(
+            f"identifying_design needs about {need / 2**30:.3g} GiB for the feature rows and "
+            f"Gram matrices of {n_rows} rows at d = {d} (psi = {psi}), more than the memory "
+            f"budget of {budget / 2**30:.3g} GiB (half the physical memory)."
+        )
+
+
 def _optimize(X, readout, max_iter):
     """L-BFGS on ``-log phi_p`` for each p of the stages; returns the whitened result."""
     shape = X.shape
@@ -248,7 +267,10 @@ def identifying_design(d, *, n_tokens, readout="last", n_samples=None, max_iter=
     ------
     ValueError
         If ``n_samples`` is below :func:`minimum_design_size` (no inputs of
-        that size identify the model), or for invalid arguments.
+        that size identify the model), before allocating feature rows and
+        psi x psi matrices beyond the memory budget (half the physical
+        memory; each criterion evaluation is then also an O(psi**3)
+        eigen-decomposition), or for invalid arguments.
 
     See Also
     --------
@@ -291,6 +313,7 @@ def identifying_design(d, *, n_tokens, readout="last", n_samples=None, max_iter=
             f"{n_attention_features(d)} coefficients; got n_samples={n_samples}."
         )
     max_iter = _check_size(max_iter, "max_iter", low=0)
+    _check_design_memory(n_samples, n_tokens, d, readout)
     rng = validate_random_state(random_state)
     for _ in range(10):  # a rank-deficient start has probability zero
         X = rng.standard_normal((n_samples, n_tokens, d))

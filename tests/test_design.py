@@ -296,3 +296,11 @@ def test_oracle_errors():
         learn_from_oracle(good, 2, n_tokens=3, tol=0.0)
     with pytest.raises(ValueError, match="X_eval"):
         learn_from_oracle(good, 2, n_tokens=3, tol=1.0, X_eval=np.zeros((2, 3, 5)))
+
+
+def test_identifying_design_refuses_arrays_beyond_the_memory_budget(monkeypatch):
+    from sklearn_linattn import design
+
+    monkeypatch.setattr(design, "resolve_budget", lambda budget: 1000.0)
+    with pytest.raises(ValueError, match="identifying_design needs about .* GiB"):
+        design.identifying_design(3, n_tokens=4, random_state=0)
