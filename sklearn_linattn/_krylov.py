@@ -10,21 +10,49 @@ Lanczos record of CG's first column (CG on ``G x = b`` preconditioned by
 import numpy as np
 import scipy.linalg
 
-__all__ = ["LanczosRecord", "pcg"]
+__all__ = ["ByColumns", "LanczosRecord", "pcg"]
 
 # With a float32 cache, CG replaces its recursive residual by the exact one
 # whenever it has dropped by this factor since the last replacement.
 _CG_REPLACE = 1e-2
 
 
-def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, stop=None):
+class ByColumns:
+    """Different operators on the columns of a block: ``first`` below ``split``, ``second`` from it.
+
+    :func:`pcg` calls it with the indices of the block's columns, so that the
+    columns of one solve (the fit, with its ridge penalty and preconditioner)
+    and of another (the certificate's probes) share every product with G.
+    An operator None contributes zero (no penalty).
+    """
+
+    def __init__(self, split, first, second):
+        self.split, self.first, self.second = split, first, second
+
+    def __call__(self, V, idx):
+        out = np.zeros_like(V)
+        low = idx < self.split
+        for mask, fn in ((low, self.first), (~low, self.second)):
+            if fn is not None and mask.any():
+                out[:, mask] = fn(V[:, mask])
+        return out
+
+
+def _apply(fn, V, idx):
+    return fn(V, idx) if isinstance(fn, ByColumns) else fn(V)
+
+
+def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, stop=None,
+        *, record_column=0, stop_columns=None, chain=None, info=None):
     """Preconditioned CG on ``(G + penalty) X = Bm``, one independent recurrence per column.
 
     ``penalty`` is None or a function returning the ridge term's product
-    ``alpha P V`` for a block V.
+    ``alpha P V`` for a block V; ``precond`` and ``penalty`` may be
+    :class:`ByColumns` (different systems in one block).
 
-    Columns stop when ``||residual|| <= rtol * ||b||``; the products of the
-    still-active columns share one pass over the data.
+    Columns stop when ``||residual|| <= rtol * ||b||`` (``rtol`` a number or
+    one per column); the products of the still-active columns share one pass
+    over the data.
 
     ``exact``, when given, is an accurate product and ``matmat`` a cheaper,
     inexact one (the float32 cache).  The recursive residual is then
@@ -34,21 +62,43 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
     residuals stop a column, so ``rtol`` holds for the exact system.
 
     ``record`` (a :class:`LanczosRecord`) keeps the Lanczos vectors and
-    coefficients of the first column; ``stop(n_iter)``, checked before every
-    iteration, ends all columns when it returns True.
+    coefficients of column ``record_column``; ``stop(n_iter)``, checked
+    before every iteration, ends the columns ``stop_columns`` (default all)
+    when it returns True.
+
+    ``chain``, a dict with ``columns`` (indices), ``rtol`` (one per stage
+    after the first) and an empty list ``solutions``: when all these columns
+    have converged, their solution is appended to ``solutions`` (their
+    iteration count to ``iterations``) and becomes
+    their right-hand side, a new solve from zero (``G X_{j+1} = X_j``, with
+    no penalty), once per entry of ``chain["rtol"]``; the last stage's
+    solution, for the right-hand side divided by ``chain["scales"][-1]``, is
+    in the returned X.  (Columns stopped by ``stop`` or
+    ``max_iter`` end the chain.)  The record follows the first stage only.
+
+    ``max_iter`` is a number or one per column (iterations of each column,
+    counted afresh in each stage of a chain); ``info``, a dict, receives
+    ``iterations``, those counts.
     """
     psi, k = Bm.shape
+    Bm = Bm.copy()
     X = np.zeros_like(Bm)
     R = Bm.copy()
+    rtol = np.broadcast_to(np.asarray(rtol, dtype=np.float64), (k,)).copy()
     bnorm = np.linalg.norm(Bm, axis=0)
-    Z = precond(R)
+    every = np.arange(k)
+    Z = _apply(precond, R, every)
     D = Z.copy()
     rz = np.einsum("ik,ik->k", R, Z)
     if record is not None:
-        record.add(Z[:, 0], rz[0])
+        record.add(Z[:, record_column], rz[record_column])
     active = (bnorm > 0) & (rz > 0)
     rel = np.where(bnorm > 0, 1.0, 0.0)
     replaced = rel.copy()  # relative residual at the last replacement
+    stopped = np.zeros(k, dtype=bool)  # ended by ``stop`` (not converged)
+    cap = np.broadcast_to(np.asarray(max_iter), (k,))
+    count = np.zeros(k, dtype=int)
+    stage_rtol = [] if chain is None else list(chain["rtol"])
     n_iter = 0
     while True:
         rel[active] = np.linalg.norm(R[:, active], axis=0) / bnorm[active]
@@ -58,35 +108,68 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
                 idx = np.flatnonzero(check)
                 Q = exact(X[:, idx])
                 if penalty is not None:
-                    Q += penalty(X[:, idx])
+                    Q += _apply(penalty, X[:, idx], idx)
                 R[:, idx] = Bm[:, idx] - Q
                 rel[idx] = np.linalg.norm(R[:, idx], axis=0) / bnorm[idx]
                 replaced[idx] = rel[idx]
-                rz[idx] = np.einsum("ik,ik->k", R[:, idx], precond(R[:, idx]))
-        active &= rel > rtol
-        if not active.any() or n_iter >= max_iter or (stop is not None and stop(n_iter)):
+                rz[idx] = np.einsum("ik,ik->k", R[:, idx], _apply(precond, R[:, idx], idx))
+        active &= (rel > rtol) & (count < cap)
+        if stop is not None and stop(n_iter):
+            cols = every if stop_columns is None else np.asarray(stop_columns)
+            stopped[cols[active[cols]]] = True
+            active[cols] = False
+        if stage_rtol and not active[chain["columns"]].any():
+            cols = np.asarray(chain["columns"])
+            if stopped[cols].any() or (count[cols] >= cap[cols]).any():
+                stage_rtol = []
+            else:
+                # Next stage: the solution becomes the right-hand side, divided
+                # by its largest column norm (the stages grow like
+                # lambda_min^-j, which a float32 cache could not hold).
+                chain["solutions"].append(X[:, cols].copy())
+                chain.setdefault("iterations", []).append(int(count[cols].max()))
+                scale = float(np.linalg.norm(X[:, cols], axis=0).max())
+                scale = scale if scale > 0 and np.isfinite(scale) else 1.0
+                chain.setdefault("scales", []).append(scale)
+                Bm[:, cols] = X[:, cols] / scale
+                X[:, cols], R[:, cols] = 0.0, Bm[:, cols]
+                bnorm[cols] = np.linalg.norm(Bm[:, cols], axis=0)
+                rtol[cols] = stage_rtol.pop(0)
+                Zc = _apply(precond, R[:, cols], cols)
+                D[:, cols] = Zc
+                rz[cols] = np.einsum("ik,ik->k", R[:, cols], Zc)
+                active[cols] = (bnorm[cols] > 0) & (rz[cols] > 0)
+                rel[cols] = np.where(bnorm[cols] > 0, 1.0, 0.0)
+                replaced[cols] = rel[cols]
+                count[cols] = 0
+                if record is not None and record_column in cols:
+                    record = None
+        if not active.any():
             break
         idx = np.flatnonzero(active)
         Da = D[:, idx]
         Q = matmat(Da)
         if penalty is not None:
-            Q += penalty(Da)
+            Q += _apply(penalty, Da, idx)
         dq = np.einsum("ik,ik->k", Da, Q)
         ok = dq > 0
         step = np.where(ok, rz[idx] / np.where(ok, dq, 1.0), 0.0)
         X[:, idx] += step * Da
         R[:, idx] -= step * Q
-        Za = precond(R[:, idx])
+        Za = _apply(precond, R[:, idx], idx)
         rz_new = np.einsum("ik,ik->k", R[:, idx], Za)
         beta = np.where(rz[idx] > 0, rz_new / np.where(rz[idx] > 0, rz[idx], 1.0), 0.0)
         D[:, idx] = Za + beta * Da
         rz[idx] = rz_new
-        if record is not None and idx[0] == 0:
-            if ok[0]:
-                record.add(Za[:, 0], rz_new[0], step[0], beta[0])
+        pos = np.flatnonzero(idx == record_column)
+        if record is not None and pos.size:
+            j = pos[0]
+            if ok[j]:
+                record.add(Za[:, j], rz_new[j], step[j], beta[j])
             else:
-                record.null_direction = Da[:, 0].copy()  # G d = 0 to rounding
+                record.null_direction = Da[:, j].copy()  # G d = 0 to rounding
         active[idx[~ok | (rz_new <= 0)]] = False  # exact solution or breakdown
+        count[idx] += 1
         n_iter += 1
     nonzero = bnorm > 0
     if exact is not None and nonzero.any():
@@ -95,9 +178,11 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
         if stale.size:
             Q = exact(X[:, stale])
             if penalty is not None:
-                Q += penalty(X[:, stale])
+                Q += _apply(penalty, X[:, stale], stale)
             R[:, stale] = Bm[:, stale] - Q
     rel[nonzero] = np.linalg.norm(R[:, nonzero], axis=0) / bnorm[nonzero]
+    if info is not None:
+        info["iterations"] = count
     return X, n_iter, rel
 
 

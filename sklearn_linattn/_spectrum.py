@@ -20,6 +20,7 @@ import warnings
 
 import numpy as np
 import scipy.linalg
+import scipy.stats
 from scipy.linalg.blas import get_blas_funcs
 from scipy.sparse.linalg import (
     ArpackError,
@@ -31,7 +32,7 @@ from scipy.sparse.linalg import (
 )
 from sklearn.exceptions import ConvergenceWarning
 
-from ._krylov import LanczosRecord, pcg
+from ._krylov import ByColumns, LanczosRecord, pcg
 from ._memory import resolve_budget
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "eigenvalue_tolerance",
     "implicit_extremes",
     "largest_eigenvalue",
+    "probe_threshold",
+    "randomized_lower_bound",
     "smallest_eigenvalue_from_cholesky",
     "sparse_largest_eigenvalue",
     "start_vectors",
@@ -63,8 +66,14 @@ _LOBPCG_MAX_ITER = 300
 # steps (fewer when the float32 Lanczos vectors would take more than
 # _PENCIL_MEMORY_FRACTION of the memory budget).
 _PENCIL_CHECK = 10
-# Its randomized lower bound holds except with probability _RANDOM_DELTA * sqrt(2 / pi).
-_RANDOM_DELTA = 1e-3
+# Its randomized lower bound holds except with probability _FAILURE, from
+# _PROBES standard normal probes (drawn from _PROBE_SEED) solved along with
+# the fit; the second stage (G X_2 = X_1) stops at the relative residual
+# _STAGE2_RTOL.
+_FAILURE = 8e-4
+_PROBES = 2
+_PROBE_SEED = 1
+_STAGE2_RTOL = 1e-2
 _PENCIL_MAX_ITER = 600
 _PENCIL_MEMORY_FRACTION = 1 / 16
 
@@ -160,71 +169,156 @@ def smallest_eigenvalue_from_cholesky(L):
     return 1.0 / mu, _LANCZOS_RTOL / mu
 
 
-def _pencil_lanczos(op, precond, tol, block, memory_budget=None):
+def probe_threshold(n_probes, failure=_FAILURE):
+    """``delta`` with ``P(||g|| < delta) = failure`` for a standard normal g in R^n_probes.
+
+    ``||g||**2`` is chi-squared with ``n_probes`` degrees of freedom, so
+    ``delta = sqrt(chi2.ppf(failure, n_probes))``: 1.0e-3 for one probe,
+    0.040 for two, 0.13 for three, 0.28 for four (``failure = 8e-4``).
+    """
+    return float(np.sqrt(scipy.stats.chi2.ppf(failure, n_probes)))
+
+
+def randomized_lower_bound(delta, solutions, residuals):
+    """Lower bound on lambda_min from chained solves ``G X_j ~ X_{j-1}``, ``X_0 = B``.
+
+    With ``R_j = X_{j-1} - G X_j`` (exact residuals) and u a unit eigenvector
+    of lambda = lambda_min, ``X_{j-1}^T u = lambda X_j^T u + R_j^T u``, so
+    ``B^T u = lambda^J X_J^T u + sum_j lambda^(j-1) R_j^T u`` and
+
+        ||B^T u|| <= g_J(lambda) = ||X_J|| lambda^J + sum_j ||R_j|| lambda^(j-1)
+
+    (spectral norms).  g_J increases on [0, inf); whenever ``||B^T u|| >=
+    delta`` every J gives ``lambda >= g_J^{-1}(delta)`` (when ``g_J(0) =
+    ||R_1|| < delta``; else the bound is ``(delta - ||R_1||) / ||X_1|| <=
+    0``, as it must be when G is singular).  Returns the largest of these
+    bounds over J = 1, 2 (all hold on the same event).
+    """
+    x = [np.linalg.norm(s, 2) if s.size else 0.0 for s in solutions]
+    r = [np.linalg.norm(s, 2) if s.size else 0.0 for s in residuals]
+    if not x or x[0] <= 0:
+        return -np.inf
+    lower = (delta - r[0]) / x[0]
+    if lower > 0 and len(x) > 1 and x[1] > 0:
+        # ||X_2|| l^2 + ||R_2|| l + ||R_1|| = delta: the positive root, in
+        # the form that does not cancel.
+        c = delta - r[0]
+        lower = max(lower, 2 * c / (r[1] + np.sqrt(r[1] ** 2 + 4 * x[1] * c)))
+    return float(lower)
+
+
+def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_probes=None,
+                    seed=None):
     """Bounds on lambda_min of the implicit G: a randomized lower one, a Rayleigh quotient above.
 
     Preconditioned CG (:func:`pcg`, M^{-1} the definite Kronecker
-    preconditioner) solves ``G x = b`` for a standard normal b.  For a unit
-    eigenvector u of lambda_min, ``u^T r = u^T b - lambda_min u^T x`` with
-    ``r = b - G x``, so ``lambda_min >= (|u^T b| - ||r||) / ||x||``; u does
-    not depend on b, so ``u^T b`` is standard normal and ``|u^T b| >= delta``
-    except with probability ``<= delta sqrt(2 / pi)``.  Hence
+    preconditioner) solves ``G X_1 = B`` for ``n_probes`` standard normal
+    probes B (psi x k), drawn from ``seed`` (default a fixed one),
+    and then ``G X_2 = X_1``.  For a unit eigenvector u of lambda_min, u does
+    not depend on B, so ``B^T u`` is standard normal in R^k and ``||B^T u||
+    >= delta_k`` except with probability ``failure = 8e-4``
+    (:func:`probe_threshold`; ``delta_k`` grows like ``failure**(1/k)``:
+    1e-3 for one probe, 0.28 for four).  Then :func:`randomized_lower_bound`
+    holds, with exact (float64) residuals:
 
-        lower = (delta - ||r||) / ||x||,  delta = 1e-3,
+        lambda_min >= (delta_k - ||R_1||) / ||X_1||,  and
+        ||X_2|| lambda_min^2 + ||R_2|| lambda_min + ||R_1|| >= delta_k,
 
-    is a lower bound on lambda_min except with probability 8e-4 over b,
-    whatever the data, with ``r`` the exact (float64) residual.  CG stops
-    when ``||r|| <= delta / 2`` (then lower is within a factor 2 of what the
-    bound can give), when its first column's Lanczos matrix (CG is Lanczos
-    on the pencil ``(G, M)``, :class:`LanczosRecord`) has a Ritz value
-    theta_1 with ``theta_1 lambda_max(M) <= tol`` (a null direction: no
-    solution to converge to), or after ``_PENCIL_MAX_ITER`` steps (fewer when
-    the float32 Lanczos vectors would take more than 1/16 of the memory
-    budget).  The Ritz vectors of the ``block`` smallest Ritz values then get
-    an exact Rayleigh-Ritz step of the pencil; ``upper`` is the smallest
+    whatever the data, except with probability 8e-4 over B.  The second,
+    an inverse iteration, removes most of the looseness of the first: ``||X_1||``
+    is about ``sqrt(sum_i lambda_i^-2)``, far above ``1/lambda_min`` when
+    many eigenvalues lie near lambda_min (Marchenko-Pastur designs with N
+    near psi), ``||X_2||`` about ``sqrt(sum_i lambda_i^-4)``, and the
+    quadratic takes a square root of ``delta_k``.
+
+    ``fit``, when given, is a dict ``rhs`` (psi x d_out), ``precond``,
+    ``penalty``, ``tol``, ``max_iter`` of the fit's system ``(G + penalty) C
+    = rhs``: its columns join the probes in the same block, so that fit and
+    certificate share every pass over the data; its solution is returned.
+
+    Each stage stops when ``||R_j||_F <= delta_k / 4`` (stage 1) or at a
+    relative residual ``_STAGE2_RTOL`` (stage 2); the first stage also when
+    the Lanczos matrix of the first probe (CG is Lanczos on the pencil
+    ``(G, M)``, :class:`LanczosRecord`) has a Ritz value theta_1 with
+    ``theta_1 lambda_max(M) <= tol`` (a null direction: no solution to
+    converge to; then there is no second stage), or after
+    ``_PENCIL_MAX_ITER`` steps (fewer when the float32 Lanczos vectors would
+    take more than 1/16 of the memory budget).  The Ritz vectors of the
+    ``block`` smallest Ritz values and the solutions X_1, X_2 then get an
+    exact Rayleigh-Ritz step of the pencil; ``upper`` is the smallest
     Rayleigh quotient of G among them (a lambda_min ``<= upper`` for sure).
 
     Returns
     -------
     dict with lower, upper, vector (of upper), vectors (all, for LOBPCG),
-    values (the Rayleigh quotients of G, increasing), n_iter.
+    values (the Rayleigh quotients of G, increasing), n_iter (probe CG
+    steps), fit (None or ``(C, n_iter, rel)`` as :func:`pcg` returns them).
     """
     psi = op.psi
+    k = _PROBES if n_probes is None else int(n_probes)
     budget = resolve_budget(memory_budget)
     max_iter = int(min(_PENCIL_MAX_ITER, max(2 * _PENCIL_CHECK,
                                              _PENCIL_MEMORY_FRACTION * budget // (4 * psi))))
     record = LanczosRecord(psi, max_iter)
     m_max = precond.max_eigenvalue
-    b = start_vectors(psi, 2)[:, 1:]
+    rng = np.random.default_rng(_PROBE_SEED if seed is None else seed)
+    B = rng.standard_normal((psi, k))
+    delta = probe_threshold(k)
+    d_out = 0 if fit is None else fit["rhs"].shape[1]
+    probes = np.arange(d_out, d_out + k)
+    chain = dict(columns=probes, rtol=[_STAGE2_RTOL], solutions=[], iterations=[])
 
     def stop(n_iter):
+        if chain["solutions"]:
+            return False  # the record follows the first stage only
         if record.full:
             return True
-        if n_iter == 0 or n_iter % _PENCIL_CHECK:
+        if record.k == 0 or record.k % _PENCIL_CHECK:
             return False
         return bool(record.ritz(1)[0][0] * m_max <= tol)
 
     def inverse(R):
         return precond.apply(R, True)
 
-    b_norm = np.linalg.norm(b)
+    probe_rtol = 0.25 * delta / np.sqrt(k) / np.linalg.norm(B, axis=0)
     exact = None if op.exact else op.matmat_exact
-    x, n_iter, rel = pcg(op.matmat, b, inverse, None, 0.5 * _RANDOM_DELTA / b_norm, max_iter,
-                          exact=exact, record=record, stop=stop)
-    # With ``exact``, pcg reports exact residuals; otherwise its residual is
-    # the recursive one, and matmat is itself the exact product.
-    residual = rel[0] * b_norm if exact is not None else np.linalg.norm(b - op.matmat(x))
-    x = x[:, 0]
-    x_norm = np.linalg.norm(x)
-    lower = (_RANDOM_DELTA - residual) / x_norm if x_norm > 0 else -np.inf
+    info = {}
+    if fit is None:
+        x, _, rel = pcg(op.matmat, B, inverse, None, probe_rtol, max_iter, exact=exact,
+                             record=record, stop=stop, chain=chain, info=info)
+    else:
+        block_rhs = np.hstack([fit["rhs"], B])
+        precond_all = ByColumns(d_out, fit["precond"], inverse)
+        penalty_all = None if fit["penalty"] is None else ByColumns(d_out, fit["penalty"], None)
+        rtol = np.concatenate([np.full(d_out, fit["tol"]), probe_rtol])
+        caps = np.concatenate([np.full(d_out, fit["max_iter"]), np.full(k, max_iter)])
+        x, _, rel = pcg(op.matmat, block_rhs, precond_all, penalty_all, rtol, caps,
+                        exact=exact, record=record, stop=stop, record_column=d_out,
+                        stop_columns=probes, chain=chain, info=info)
+        fit_n_iter = int(info["iterations"][:d_out].max()) if d_out else 0
+        fit = (x[:, :d_out], fit_n_iter, rel[:d_out])
+    last = x[:, probes]
+    if chain["solutions"]:
+        last = last * chain["scales"][-1]  # pcg solved for X_1 / scale
+    solutions = chain["solutions"] + [last]
+    # Exact residuals of every stage, in one pass.
+    G_sol = op.matmat_exact(np.hstack(solutions))
+    previous = [B] + solutions[:-1]
+    residuals = [previous[j] - G_sol[:, j * k:(j + 1) * k] for j in range(len(solutions))]
+    lower = randomized_lower_bound(delta, solutions, residuals)
+    probe_iter = int(info["iterations"][probes].max()) + sum(chain["iterations"])
 
     vectors = []
     if record.k > 0:
         vectors.append(record.ritz_vectors(record.ritz(block)[1]))
     if record.null_direction is not None:
         vectors.append(record.null_direction[:, None])
+    for s in solutions:
+        norms = np.linalg.norm(s, axis=0)
+        if np.all(norms > 0) and np.all(np.isfinite(norms)):
+            vectors.append(s / norms)
     if not vectors:
-        vectors.append(b)
+        vectors.append(B)
     W = np.linalg.qr(np.hstack(vectors))[0]
     # Exact Rayleigh-Ritz of the pencil on span(W).
     GW, MW = op.matmat_exact(W), precond.multiply(W)
@@ -235,18 +329,26 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None):
     best = order[0]
     return dict(lower=float(lower), upper=max(float(rho[best]), 0.0),
                 vector=W[:, best] / np.linalg.norm(W[:, best]), vectors=W[:, order],
-                values=np.clip(rho[order], 0.0, None), n_iter=n_iter)
+                values=np.clip(rho[order], 0.0, None), n_iter=probe_iter, fit=fit,
+                stages=len(solutions), stage_iterations=chain["iterations"],
+                lower_single=randomized_lower_bound(delta, solutions[:1], residuals[:1]))
 
 
-def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=None):
+def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=None, fit=None,
+                      seed=None):
     """lambda_max, lambda_min (with eigenvector and error bound) of the implicit G.
+
+    ``fit`` (see :func:`_pencil_lanczos`) is a system ``(G + penalty) C =
+    rhs`` solved by CG in the same passes as the certificate's probes; its
+    ``(C, n_iter, rel)`` is returned under ``fit``.  ``seed`` draws the
+    probes (default a fixed seed).
 
     lambda_max by Lanczos (ARPACK, relative accuracy 1e-8; on a float32
     cache, Lanczos to 1e-4 and then the exact float64 Rayleigh quotient of
     its Ritz vector, a lower bound with error of order 1e-8 relative).
 
-    lambda_min in two stages.  First preconditioned CG from a random
-    right-hand side (:func:`_pencil_lanczos`) gives an interval ``[lower,
+    lambda_min in two stages.  First preconditioned CG on random
+    right-hand sides (:func:`_pencil_lanczos`) gives an interval ``[lower,
     upper]`` that contains lambda_min: upper is a Rayleigh quotient of G,
     lower a randomized bound (it fails with probability at most 8e-4).  When
     the interval is on one side of the zero threshold tol, the verdict is
@@ -273,18 +375,22 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
     Returns
     -------
     dict with lambda_max, lambda_min, error, vector, tol, values (Rayleigh
-    quotients of the Ritz vectors, increasing), n_iter (pencil Lanczos
-    steps plus LOBPCG iterations).
+    quotients of the Ritz vectors, increasing), n_iter (probe CG
+    steps plus LOBPCG iterations), fit.
     """
     psi = op.psi
     if psi < 5 * block:
+        solved = None
+        if fit is not None:
+            solved = pcg(op.matmat, fit["rhs"], fit["precond"], fit["penalty"], fit["tol"],
+                         fit["max_iter"], exact=None if op.exact else op.matmat_exact)
         # Too small for LOBPCG (scipy would form the matrix anyway).
         G = op.matmat_exact(np.eye(psi))
         w, U = scipy.linalg.eigh((G + G.T) / 2)
         w = np.clip(w, 0.0, None)
         tol = eigenvalue_tolerance(w[-1], psi, dtype)
         return dict(lambda_max=float(w[-1]), lambda_min=float(w[0]), error=0.0,
-                    vector=U[:, 0], tol=tol, values=w[:block], n_iter=0)
+                    vector=U[:, 0], tol=tol, values=w[:block], n_iter=0, fit=solved)
     gop = LinearOperator((psi, psi), matvec=op.matmat, matmat=op.matmat, dtype=np.float64)
     rtol_max = _IMPLICIT_LMAX_RTOL if op.exact else _IMPLICIT_LMAX_RTOL_FLOAT32
     lam_max, v_max = eigsh(gop, k=1, which="LA", tol=rtol_max, v0=start_vectors(psi)[:, 0])
@@ -295,12 +401,12 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
     lam_max = max(lam_max, 0.0)
     tol = eigenvalue_tolerance(lam_max, psi, dtype)
 
-    pencil = _pencil_lanczos(op, precond, tol, block, memory_budget)
+    pencil = _pencil_lanczos(op, precond, tol, block, memory_budget, fit=fit, seed=seed)
     lower, upper = pencil["lower"], pencil["upper"]
     if lower > tol or upper <= tol:
         return dict(lambda_max=lam_max, lambda_min=upper, error=upper - max(lower, 0.0),
                     vector=pencil["vector"], tol=tol, values=pencil["values"],
-                    n_iter=pencil["n_iter"])
+                    n_iter=pencil["n_iter"], fit=pencil["fit"])
 
     mop = LinearOperator((psi, psi), matvec=lambda r: precond.apply(r, True),
                          matmat=lambda r: precond.apply(r, True), dtype=np.float64)
@@ -359,7 +465,7 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
             ConvergenceWarning,
         )
     return dict(lambda_max=lam_max, lambda_min=upper, error=error, vector=vector, tol=tol,
-                values=values, n_iter=pencil["n_iter"] + n_iter)
+                values=values, n_iter=pencil["n_iter"] + n_iter, fit=pencil["fit"])
 
 
 def _ritz_error(theta, resid):

@@ -67,8 +67,10 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         accuracy 1e-10 times the value for "cholesky".  For "cg",
         ``min_eigenvalue`` is a Rayleigh quotient (never below the true
         lambda_min) and ``min_eigenvalue - min_eigenvalue_error`` a lower
-        bound that holds except with probability 8e-4 (a randomized bound,
-        refined by LOBPCG when it leaves the verdict open), so the two
+        bound that holds except with probability 8e-4 over the certificate's
+        random probes (two standard normal probes solved with the fit, the
+        chi-squared bound of the theory page; refined by LOBPCG when it
+        leaves the verdict open), so the two
         bracket lambda_min; values and residuals are float64 even on a
         float32 cache.  The user guide's theory page describes the bounds and
         how tight they are.

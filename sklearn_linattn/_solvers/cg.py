@@ -7,7 +7,6 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from .._features import features_matvec, features_rmatvec, n_attention_features
-from .._krylov import pcg
 from .._memory import iter_sample_chunks, n_pairs, resolve_budget, sample_values
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._rows import chunk_rows, count_rows
@@ -278,8 +277,13 @@ def solve_cg(design, alpha=0.0, options=None):
                                                        setup["weight_sum"], alpha_s, dtype,
                                                        penalty=factors)
                 penalty = _kronecker_product(factors, alpha_s)
-        C, n_iter, rel = pcg(op.matmat, setup["b"].T, fit_precond.apply, penalty, tol,
-                              max_iter, exact=None if op.exact else op.matmat_exact)
+        fit = dict(rhs=setup["b"].T, precond=fit_precond.apply, penalty=penalty, tol=tol,
+                   max_iter=max_iter)
+    # The fit's CG and the certificate's probes share every pass over the data.
+    ext = implicit_extremes(op, precond, dtype, memory_budget=memory_budget,
+                            fit=None if Y is None else fit, seed=options.get("seed"))
+    if Y is not None:
+        C, n_iter, rel = ext["fit"]
         if np.any(rel > tol):
             warnings.warn(
                 f"solver='cg' stopped after {n_iter} iterations with a relative residual of "
@@ -287,7 +291,6 @@ def solve_cg(design, alpha=0.0, options=None):
                 ConvergenceWarning,
             )
         coef = C.T
-    ext = implicit_extremes(op, precond, dtype, memory_budget=memory_budget)
     identifiable = ext["lambda_min"] - ext["error"] > ext["tol"]
     if identifiable:
         rank = op.psi
