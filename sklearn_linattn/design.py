@@ -50,6 +50,7 @@ import scipy.optimize
 import scipy.stats
 from sklearn.exceptions import ConvergenceWarning
 
+from ._certificate import certify_identifiability
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features, pair_indices, row_factors
 from ._memory import resolve_budget
@@ -319,9 +320,15 @@ def identifying_design(d, *, n_tokens, readout="last", n_samples=None, max_iter=
         X = rng.standard_normal((n_samples, n_tokens, d))
         if np.isfinite(_criterion(X, readout, 1.0)[0]):
             break
-    if max_iter == 0:
-        return _whiten(X)[0]
-    return _optimize(X, readout, max_iter)
+    X = _whiten(X)[0] if max_iter == 0 else _optimize(X, readout, max_iter)
+    # The claim is the certificate's, so the certificate checks it.
+    if X is None or not certify_identifiability(X, readout=readout, solver="eigh"):
+        raise ValueError(
+            f"identifying_design found no identifying inputs of {n_samples} sequences of "
+            f"{n_tokens} tokens at d = {d} (readout={readout!r}) from this random_state: "
+            "the certificate of the result fails; try another random_state or more samples."
+        )
+    return X
 
 
 # ---------------------------------------------------------------- learning from an oracle

@@ -304,3 +304,13 @@ def test_identifying_design_refuses_arrays_beyond_the_memory_budget(monkeypatch)
     monkeypatch.setattr(design, "resolve_budget", lambda budget: 1000.0)
     with pytest.raises(ValueError, match="identifying_design needs about .* GiB"):
         design.identifying_design(3, n_tokens=4, random_state=0)
+
+
+def test_identifying_design_checks_its_claim_with_the_certificate(monkeypatch):
+    from sklearn_linattn import design
+
+    # A result the certificate rejects (here: every sequence the same) is an error, not a design.
+    monkeypatch.setattr(design, "_optimize",
+                        lambda X, readout, max_iter: np.repeat(X[:1], len(X), axis=0))
+    with pytest.raises(ValueError, match="found no identifying inputs"):
+        design.identifying_design(2, n_tokens=3, random_state=0)
