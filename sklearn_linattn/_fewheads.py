@@ -18,9 +18,11 @@ parameters, whose Jacobian is the two designs side by side.
 """
 
 import contextlib
+import warnings
 
 import numpy as np
 import scipy.linalg
+from sklearn.exceptions import ConvergenceWarning
 
 from ._heads import _key_query_design, _value_design, heads_from_coefficients
 from ._memory import real_tokens, resolve_budget, single_blas_thread
@@ -204,6 +206,7 @@ def _fit_from(rows, V, Q, max_iter, tol, norm2):
     f = float(np.sum(r * r))
     target = (tol**2) * norm2
     mode, mu, n_iter = "als", 1e-3, 0
+    stationary = False
     while n_iter < max_iter and f > target:
         n_iter += 1
         if mode == "als":
@@ -224,7 +227,9 @@ def _fit_from(rows, V, Q, max_iter, tol, norm2):
         f = f_new
         if stationary:
             break
-    return V, Q, f, n_iter
+    # Stopped by the iteration cap, neither at the target nor at a stationary point.
+    capped = n_iter >= max_iter and f > target and not stationary
+    return V, Q, f, n_iter, capped
 
 
 def _starts(rows, n_heads, n_init, rng):
@@ -528,6 +533,12 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
     TypeError
         For parameters of the wrong type.
 
+    Warns
+    -----
+    ConvergenceWarning
+        When the best start stopped at ``max_iter`` while its residual was
+        still falling (neither at ``tol`` nor at a stationary point).
+
     See Also
     --------
     certify_heads_locally : the local certificate of any heads.
@@ -578,12 +589,19 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
     with single_blas_thread() if small else contextlib.nullcontext():
         for Q0 in _starts(rows, n_heads, n_init, rng):
             n_starts += 1
-            V, Q, f, n_iter = _fit_from(rows, None, Q0, max_iter, tol, norm2)
+            V, Q, f, n_iter, capped = _fit_from(rows, None, Q0, max_iter, tol, norm2)
             if best is None or f < best[2]:
-                best = (V, Q, f, n_iter)
+                best = (V, Q, f, n_iter, capped)
             if best[2] <= tol**2 * norm2:
                 break
-        V, Q, f, n_iter = best
+        V, Q, f, n_iter, capped = best
+        if capped:
+            warnings.warn(
+                f"fit_heads: the best of {n_starts} starts stopped at max_iter={max_iter} "
+                "iterations while its residual was still falling; the heads may fit the data "
+                "worse than they can. Increase max_iter.",
+                ConvergenceWarning,
+            )
         V, Q = _balance(V, Q)
         certificate = _certificate(rows, V, Q) if certify else None
     V_out, Q_out = rows.from_standard(V, Q)

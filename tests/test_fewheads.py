@@ -333,3 +333,13 @@ def test_regressor_keeps_the_compression_when_a_direct_fit_would_be_too_large(mo
         model = LinearAttentionRegressor(n_heads=1, random_state=0).fit(X, y)
     assert model.local_certificate_ is None
     assert any(issubclass(w.category, ConvergenceWarning) for w in caught)
+
+
+def test_fit_heads_says_when_the_iteration_cap_stopped_it():
+    from sklearn.exceptions import ConvergenceWarning
+
+    rng, V, Q = generator(1, 4, 1)
+    X = sequences(rng, 30, 4)
+    with pytest.warns(ConvergenceWarning, match="stopped at max_iter=1"):
+        fit = fit_heads(X, mhla_forward(X, V, Q), 1, n_init=1, max_iter=1, random_state=0)
+    assert fit.n_iter == 1
