@@ -71,14 +71,17 @@ class _ImplicitGram:
         S_all, x_all, w_all = self._cache
         k = V.shape[1]
         out = np.zeros((k, self.psi))
-        Vt = np.ascontiguousarray(V.T, dtype=S_all.dtype)
+        # Each column scaled by a power of two into [0.5, 1) of its largest entry:
+        # exact, and a float32 cache cannot overflow on long CG directions.
+        e = np.frexp(np.max(np.abs(V), axis=0, initial=0.0))[1]
+        Vt = np.ascontiguousarray(np.ldexp(V, -e).T, dtype=S_all.dtype)
         for sl in iter_sample_chunks(S_all.shape[0], 3 * self.d * k + k):
             S, x = S_all[sl], x_all[sl]
             U = features_matvec(S, x, Vt)
             if w_all is not None:
                 U *= w_all[sl, None]
             out += features_rmatvec(S, x, U)
-        return out.T
+        return np.ldexp(out, e[:, None]).T
 
     def matmat_exact(self, V):
         """``G @ V`` in float64 (streamed from X unless the cache is float64)."""
