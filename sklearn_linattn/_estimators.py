@@ -319,6 +319,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
         check_number(self.tol, "tol", low=0.0, low_open=True)
         check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
+        self._terms(1)
 
     def _log(self, message, start):
         if self.verbose:
@@ -360,7 +361,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._check_params()
         start = time.perf_counter()
         self._stats = self._scales = None
-        self._terms(1)
         if is_dask_collection(X) or is_dask_collection(y):
             stats, single, scales = self._dask_statistics(X, y, sample_weight)
             self._fit_statistics(stats, single_output=single)
@@ -426,8 +426,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         return fit_heads(X, Y, self.n_heads, readout=self.readout, sample_weight=w,
                          random_state=self.random_state)
 
-
-
     def partial_fit(self, X, y, sample_weight=None):
         """Add a batch of sequences to the fit (incremental sufficient statistics).
 
@@ -481,7 +479,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         start = time.perf_counter()
         previous = self._previous_statistics()
         n_features_in = None if previous is None else previous.d
-        self._terms(1)
         if previous is not None and self._stats_terms != (self.fit_intercept, self.fit_skip):
             raise ValueError(
                 "fit_intercept and fit_skip must stay as they were between calls to "
@@ -670,21 +667,25 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         )
         return self
 
-    def _fit_heads_directly(self, direct, judge, V, Q, standardizer, folded, start):
-        """Heads fitted to the data (``fit_heads``) when they fit better than the compression."""
+    def _fit_heads_directly(self, direct, judge, V, Q, excess, standardizer, folded, start):
+        """Heads fitted to the data (``fit_heads``) when they fit better than the compression.
+
+        Returns the heads kept and their excess risk.
+        """
         fitted = direct()
         if fitted is None:
-            return V, Q
+            return V, Q, excess
         Vd, Qd = standardizer.heads_from_user(fitted.V, fitted.Q)
-        if not judge.excess(Vd, Qd) < judge.excess(V, Q):
-            return V, Q
+        excess_d = judge.excess(Vd, Qd)
+        if not excess_d < excess:
+            return V, Q, excess
         self.local_certificate_ = fitted.certificate
         norm = np.linalg.norm(folded)
         gap = np.linalg.norm(attention_coefficients(Vd, Qd) - folded)
         self.compression_residual_ = float(gap / norm) if norm > 0 else float(gap)
         self._log(f"{self.n_heads} heads fitted to the data directly (local certificate "
                   f"{'holds' if fitted.certificate else 'fails'})", start)
-        return Vd, Qd
+        return Vd, Qd, excess_d
 
     def _set_solution(self, solution, *, single_output, start, batches=None, resolve=None,
                       direct=None):
@@ -728,11 +729,13 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 folded, d, self.n_heads, tol=judge.tolerance(), random_state=self.random_state,
                 warn=False,
             )
-            if direct is not None and not self.certificate_ and judge.is_material(V, Q):
+            excess = judge.excess(V, Q)
+            if direct is not None and not self.certificate_ and judge.is_material(excess):
                 # The data do not determine the unconstrained fit, and its
                 # minimum-norm point has no k-head form: fit k heads to the data.
-                V, Q = self._fit_heads_directly(direct, judge, V, Q, standardizer, folded, start)
-            judge.warn_if_material(V, Q, self.n_heads)
+                V, Q, excess = self._fit_heads_directly(direct, judge, V, Q, excess,
+                                                        standardizer, folded, start)
+            judge.warn_if_material(excess, self.n_heads)
             self._log(
                 f"compressed to {self.n_heads} heads, relative coefficient residual "
                 f"{self.compression_residual_:.2e}",

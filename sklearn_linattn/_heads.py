@@ -643,13 +643,12 @@ class CompressionJudge:
             max(self.cert.min_eigenvalue - self.cert.min_eigenvalue_error, 0.0)
             * float(np.sum(delta**2)))
 
-    def is_material(self, V, Q):
-        """Whether heads (V, Q) fit the training data materially worse than the optimum."""
-        return self.excess(V, Q) > self._allowed()
+    def is_material(self, excess):
+        """Whether an excess risk (:meth:`excess`) is more than the data's noise explains."""
+        return excess > self._allowed()
 
-    def warn_if_material(self, V, Q, n_heads):
-        excess = self.excess(V, Q)
-        if excess > self._allowed():
+    def warn_if_material(self, excess, n_heads):
+        if self.is_material(excess):
             ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
             heads = "head" if n_heads == 1 else "heads"
             warnings.warn(
