@@ -343,15 +343,13 @@ def _check_split_every(split_every):
     return check_number(split_every, "split_every", integer=True, low=2, allow_none=True)
 
 
-def _reduction(
-    X, y, task, merge, name, *, readout="last", token_dim=None, sample_weight=None,
-    n_features_in=None, split_every=None, data_format="channels_last", **extra,
-):
+def _reduction(X, y, task, merge, name, *, split_every=None, **kwargs):
     """Build a lazy block-by-block reduction of sequences and targets.
 
     ``task(X_block, y_block, w_block, offset, readout=..., token_dim=...,
-    n_features_in=..., **extra)`` runs on each block and ``merge(*parts)``
-    combines them in a tree of ``split_every``-ary tasks.
+    n_features_in=..., **extra)`` runs on each block (:func:`block_tasks`,
+    which takes the other arguments) and ``merge(*parts)`` combines them in a
+    tree of ``split_every``-ary tasks (:func:`tree_reduce`).
 
     Returns
     -------
@@ -359,6 +357,52 @@ def _reduction(
         Computes to ``merge``'s output over all blocks.
     n_tokens : int
         Padded length of the validated sequences.
+    """
+    split_every = _check_split_every(split_every)
+    level, n_tokens, token = block_tasks(X, y, task, name, split_every=split_every, **kwargs)
+    return tree_reduce(level, merge, f"{name}-merge-{token}", split_every), n_tokens
+
+
+def tree_reduce(level, merge, name, split_every=None):
+    """``merge(*parts)`` over delayed ``level`` in a tree of ``split_every``-ary tasks.
+
+    ``name`` makes the task keys (``linattn-{name}-{depth}-{index}``); it
+    must identify the inputs.
+    """
+    import dask
+
+    split_every = _check_split_every(split_every)
+    depth = 0
+    while len(level) > 1:
+        level = [
+            dask.delayed(merge)(
+                *level[start : start + split_every],
+                dask_key_name=f"linattn-{name}-{depth}-{start // split_every}",
+            )
+            for start in range(0, len(level), split_every)
+        ]
+        depth += 1
+    return level[0]
+
+
+def block_tasks(
+    X, y, task, name, *, readout="last", token_dim=None, sample_weight=None,
+    n_features_in=None, split_every=None, data_format="channels_last", **extra,
+):
+    """One delayed ``task`` per block of whole sequences, after the shape checks.
+
+    ``task(X_block, y_block, w_block, offset, readout=..., token_dim=...,
+    n_features_in=..., data_format=..., **extra)``; the arguments are those
+    of :func:`dask_sufficient_statistics`.
+
+    Returns
+    -------
+    level : list of dask.delayed.Delayed
+        One task per block, in sample order.
+    n_tokens : int
+        Padded length of the validated sequences.
+    token : str
+        A hash of the inputs and arguments (for task keys).
     """
     da = _import_dask_array()
     import dask
@@ -409,17 +453,7 @@ def _reduction(
         )
         for i, (xb, yb, wb, offset) in enumerate(zip(x_blocks, y_blocks, w_blocks, offsets))
     ]
-    depth = 0
-    while len(level) > 1:
-        level = [
-            dask.delayed(merge)(
-                *level[start : start + split_every],
-                dask_key_name=f"linattn-{name}-merge-{token}-{depth}-{start // split_every}",
-            )
-            for start in range(0, len(level), split_every)
-        ]
-        depth += 1
-    return level[0], n_tokens
+    return level, n_tokens, token
 
 
 def dask_scales(
