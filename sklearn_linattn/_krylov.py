@@ -7,6 +7,8 @@ Lanczos record of CG's first column (CG on ``G x = b`` preconditioned by
 ``M^{-1}`` is Lanczos on the pencil ``(G, M)``).
 """
 
+import time
+
 import numpy as np
 import scipy.linalg
 
@@ -78,8 +80,10 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
 
     ``max_iter`` is a number or one per column (iterations of each column,
     counted afresh in each stage of a chain); ``info``, a dict, receives
-    ``iterations``, those counts.
+    ``iterations``, those counts, and ``seconds``, the wall time from the
+    start of the call to each column's last stop.
     """
+    started = time.perf_counter()
     psi, k = Bm.shape
     Bm = Bm.copy()
     X = np.zeros_like(Bm)
@@ -100,6 +104,8 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
     count = np.zeros(k, dtype=int)
     stage_rtol = [] if chain is None else list(chain["rtol"])
     n_iter = 0
+    seconds = np.zeros(k)
+    was_active = active.copy()
     while True:
         rel[active] = np.linalg.norm(R[:, active], axis=0) / bnorm[active]
         if exact is not None:
@@ -144,6 +150,8 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
                 count[cols] = 0
                 if record is not None and record_column in cols:
                     record = None
+        seconds[was_active & ~active] = time.perf_counter() - started
+        was_active = active.copy()
         if not active.any():
             break
         idx = np.flatnonzero(active)
@@ -182,7 +190,7 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
             R[:, stale] = Bm[:, stale] - Q
     rel[nonzero] = np.linalg.norm(R[:, nonzero], axis=0) / bnorm[nonzero]
     if info is not None:
-        info["iterations"] = count
+        info["iterations"], info["seconds"] = count, seconds
     return X, n_iter, rel
 
 

@@ -16,6 +16,7 @@ from here, and each function says how far its answer can be from the truth:
   their residual or Kato-Temple bounds).
 """
 
+import time
 import warnings
 
 import numpy as np
@@ -283,6 +284,7 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_pro
     probe_rtol = 0.25 * delta / np.sqrt(k) / np.linalg.norm(B, axis=0)
     exact = None if op.exact else op.matmat_exact
     info = {}
+    started = time.perf_counter()
     if fit is None:
         x, _, rel = pcg(op.matmat, B, inverse, None, probe_rtol, max_iter, exact=exact,
                              record=record, stop=stop, chain=chain, info=info)
@@ -297,6 +299,7 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_pro
                         stop_columns=probes, chain=chain, info=info)
         fit_n_iter = int(info["iterations"][:d_out].max()) if d_out else 0
         fit = (x[:, :d_out], fit_n_iter, rel[:d_out])
+    block_cg = time.perf_counter() - started
     last = x[:, probes]
     if chain["solutions"]:
         last = last * chain["scales"][-1]  # pcg solved for X_1 / scale
@@ -327,11 +330,22 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_pro
     rho = np.einsum("ik,ik->k", W, GW) / np.einsum("ik,ik->k", W, W)
     order = np.argsort(rho)
     best = order[0]
+    diagnostics = dict(
+        block_cg_seconds=block_cg,
+        fit_seconds=float(info["seconds"][:d_out].max()) if d_out else 0.0,
+        bounds_seconds=time.perf_counter() - started - block_cg,
+        fit_iterations=fit[1] if fit is not None else 0,
+        # Each finished stage's count, then the last stage's.
+        probe_iterations=[int(i) for i in chain["iterations"]]
+        + [int(info["iterations"][probes].max())],
+        n_probes=k,
+    )
     return dict(lower=float(lower), upper=max(float(rho[best]), 0.0),
                 vector=W[:, best] / np.linalg.norm(W[:, best]), vectors=W[:, order],
                 values=np.clip(rho[order], 0.0, None), n_iter=probe_iter, fit=fit,
                 stages=len(solutions), stage_iterations=chain["iterations"],
-                lower_single=randomized_lower_bound(delta, solutions[:1], residuals[:1]))
+                lower_single=randomized_lower_bound(delta, solutions[:1], residuals[:1]),
+                diagnostics=diagnostics)
 
 
 def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=None, fit=None,
@@ -376,7 +390,14 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
     -------
     dict with lambda_max, lambda_min, error, vector, tol, values (Rayleigh
     quotients of the Ritz vectors, increasing), n_iter (probe CG
-    steps plus LOBPCG iterations), fit.
+    steps plus LOBPCG iterations), fit, and diagnostics (absent for psi <
+    5 block, where G is formed): seconds of ``lambda_max_seconds``
+    (Lanczos), ``block_cg_seconds`` (the shared CG of the fit and the
+    probes, every stage), ``fit_seconds`` (from its start until the fit's
+    columns converged), ``bounds_seconds`` (exact residuals and
+    Rayleigh-Ritz), ``lobpcg_seconds``; iterations ``fit_iterations``,
+    ``probe_iterations`` (one count per stage), ``lobpcg_iterations``;
+    ``n_probes``.
     """
     psi = op.psi
     if psi < 5 * block:
@@ -391,6 +412,7 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
         tol = eigenvalue_tolerance(w[-1], psi, dtype)
         return dict(lambda_max=float(w[-1]), lambda_min=float(w[0]), error=0.0,
                     vector=U[:, 0], tol=tol, values=w[:block], n_iter=0, fit=solved)
+    started = time.perf_counter()
     gop = LinearOperator((psi, psi), matvec=op.matmat, matmat=op.matmat, dtype=np.float64)
     rtol_max = _IMPLICIT_LMAX_RTOL if op.exact else _IMPLICIT_LMAX_RTOL_FLOAT32
     lam_max, v_max = eigsh(gop, k=1, which="LA", tol=rtol_max, v0=start_vectors(psi)[:, 0])
@@ -400,13 +422,17 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
         lam_max = float(v_max @ op.matmat_exact(v_max))
     lam_max = max(lam_max, 0.0)
     tol = eigenvalue_tolerance(lam_max, psi, dtype)
+    lambda_max_seconds = time.perf_counter() - started
 
     pencil = _pencil_lanczos(op, precond, tol, block, memory_budget, fit=fit, seed=seed)
+    diagnostics = dict(pencil["diagnostics"], lambda_max_seconds=lambda_max_seconds,
+                       lobpcg_seconds=0.0, lobpcg_iterations=0)
     lower, upper = pencil["lower"], pencil["upper"]
     if lower > tol or upper <= tol:
         return dict(lambda_max=lam_max, lambda_min=upper, error=upper - max(lower, 0.0),
                     vector=pencil["vector"], tol=tol, values=pencil["values"],
-                    n_iter=pencil["n_iter"], fit=pencil["fit"])
+                    n_iter=pencil["n_iter"], fit=pencil["fit"], diagnostics=diagnostics)
+    lobpcg_started = time.perf_counter()
 
     mop = LinearOperator((psi, psi), matvec=lambda r: precond.apply(r, True),
                          matmat=lambda r: precond.apply(r, True), dtype=np.float64)
@@ -464,8 +490,11 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
             "the row weights): it says 'not identifiable' for lack of accuracy.",
             ConvergenceWarning,
         )
+    diagnostics.update(lobpcg_seconds=time.perf_counter() - lobpcg_started,
+                       lobpcg_iterations=n_iter)
     return dict(lambda_max=lam_max, lambda_min=upper, error=error, vector=vector, tol=tol,
-                values=values, n_iter=pencil["n_iter"] + n_iter, fit=pencil["fit"])
+                values=values, n_iter=pencil["n_iter"] + n_iter, fit=pencil["fit"],
+                diagnostics=diagnostics)
 
 
 def _ritz_error(theta, resid):

@@ -353,7 +353,7 @@ def fit_terms(solution, terms, d_out, *, batches=None, resolve=None, alpha=0.0):
         Number of real outputs.
     batches : callable or None
         ``batches()`` iterates over the augmented training batches: needed
-        when the counts hold no moment (the solvers on the data).
+        when neither the counts nor the solution hold a moment ``Phi^T W Y``.
     resolve : callable or None
         ``resolve()`` returns the unpenalized solve (needed when alpha > 0:
         the certificate is about the data, never the penalty).
@@ -373,8 +373,11 @@ def fit_terms(solution, terms, d_out, *, batches=None, resolve=None, alpha=0.0):
     counts = solution.counts
 
     def cross_of(sol):
-        if getattr(counts, "moment", None) is not None:
-            return counts.moment.T @ sol.standardized_coef.T
+        # E^T W Phi C^T from a moment Phi^T W Y when one was computed, else a pass.
+        moment = getattr(counts, "moment", None)
+        moment = sol.moment if moment is None else moment
+        if moment is not None:
+            return moment.T @ sol.standardized_coef.T
         return cross_products(batches(), sol.standardized_coef, sol.standardizer,
                               counts.readout)
 

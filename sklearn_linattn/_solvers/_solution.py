@@ -68,6 +68,15 @@ class SpectralSolution:
     counts : RowCounts or None
         Counts of the rows fitted (set by the dispatch,
         :func:`~sklearn_linattn._solvers.solve`).
+    diagnostics : dict or None
+        Seconds and iterations of an iterative solver's phases (``"cg"``:
+        ``setup_seconds``, the pass that caches the rows, and the keys of
+        :func:`~.._spectrum.implicit_extremes`), for benchmarks and
+        ``verbose`` logs.
+    moment : ndarray of shape (psi, d_out) or None
+        ``Phi^T W Y`` in standardized coordinates, when a solver without
+        statistics computed it (``"cg"``); the statistics solvers' counts
+        hold it instead.
     """
 
     coef: np.ndarray | None
@@ -89,6 +98,8 @@ class SpectralSolution:
     standardized_coef: np.ndarray | None = None
     standardizer: TokenStandardizer | None = None
     counts: object = None
+    diagnostics: dict | None = None
+    moment: np.ndarray | None = None
 
     def __post_init__(self):
         # Solvers set the standardized coefficients; the data's own follow.

@@ -1,5 +1,6 @@
 """The matrix-free solver ``"cg"``: preconditioned CG on implicit normal equations."""
 
+import time
 import warnings
 
 import numpy as np
@@ -12,7 +13,7 @@ from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._rows import chunk_rows, count_rows
 from ._solution import SpectralSolution, zero_design_solution
 
-__all__ = ["solve_cg"]
+__all__ = ["solve_cg", "solve_implicit"]
 
 # Default iteration cap of "cg".
 _CG_MAX_ITER = 1000
@@ -245,25 +246,47 @@ def solve_cg(design, alpha=0.0, options=None):
     algorithm: the user guide's theory page, "Solvers".
     """
     options = {} if options is None else options
-    tol, max_iter = options.get("tol", 1e-8), options.get("max_iter")
-    memory_budget = options.get("memory_budget")
     X, lengths, Y, readout = design.X, design.lengths, design.Y, design.readout
-    sample_weight, standardizer, dtype = design.sample_weight, design.standardizer, design.dtype
-    n_rows = count_rows(lengths, readout, sample_weight) if design.n_rows is None else (
+    n_rows = count_rows(lengths, readout, design.sample_weight) if design.n_rows is None else (
         design.n_rows)
     cache_dtype = options.get("cache_dtype", "auto")
     if isinstance(cache_dtype, str) and cache_dtype == "auto":
-        cache_dtype = _cg_cache_dtype(n_rows, X.shape[2], memory_budget)
-    op = _ImplicitGram(X, lengths, readout, sample_weight, cache_dtype=cache_dtype,
-                       standardizer=standardizer, n_rows=n_rows)
+        cache_dtype = _cg_cache_dtype(n_rows, X.shape[2], options.get("memory_budget"))
+    op = _ImplicitGram(X, lengths, readout, design.sample_weight, cache_dtype=cache_dtype,
+                       standardizer=design.standardizer, n_rows=n_rows)
+    started = time.perf_counter()
     setup = op.setup(Y)
+    setup_seconds = time.perf_counter() - started
+    solution = solve_implicit(op, setup, standardizer=design.standardizer,
+                              dtype=design.dtype, alpha=alpha, options=options)
+    if solution.diagnostics is not None:
+        solution.diagnostics["setup_seconds"] = setup_seconds
+    return solution
+
+
+def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
+    """The fit and certificate of "cg" on any implicit Gram operator.
+
+    ``op`` has ``psi``, ``exact``, ``matmat(V)`` and ``matmat_exact(V)``
+    (as :class:`_ImplicitGram`, or one whose products are reductions over
+    the blocks of a dask array); ``setup`` is what :meth:`_ImplicitGram.setup`
+    returns, summed over all rows (``b`` None: the certificate alone).
+    ``options`` as for :func:`solve_cg` (``tol``, ``max_iter``,
+    ``memory_budget``, ``seed``).
+    """
+    options = {} if options is None else options
+    tol, max_iter = options.get("tol", 1e-8), options.get("max_iter")
+    memory_budget = options.get("memory_budget")
+    has_targets = setup["b"] is not None
     if not setup["trace"] > 0:
-        return zero_design_solution(op.psi, None if Y is None else Y.shape[-1], standardizer,
-                                    "cg")
+        solution = zero_design_solution(op.psi, setup["b"].shape[0] if has_targets else None,
+                                        standardizer, "cg")
+        solution.moment = None if not has_targets else setup["b"].T
+        return solution
     precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"],
                                        0.0, dtype)
     coef, n_iter = None, 0
-    if Y is not None:
+    if has_targets:
         max_iter = _CG_MAX_ITER if max_iter is None else int(max_iter)
         fit_precond, penalty = precond, None
         alpha_s = standardizer.alpha(alpha)
@@ -284,8 +307,8 @@ def solve_cg(design, alpha=0.0, options=None):
                    max_iter=max_iter)
     # The fit's CG and the certificate's probes share every pass over the data.
     ext = implicit_extremes(op, precond, dtype, memory_budget=memory_budget,
-                            fit=None if Y is None else fit, seed=options.get("seed"))
-    if Y is not None:
+                            fit=fit if has_targets else None, seed=options.get("seed"))
+    if has_targets:
         C, n_iter, rel = ext["fit"]
         if np.any(rel > tol):
             warnings.warn(
@@ -314,4 +337,6 @@ def solve_cg(design, alpha=0.0, options=None):
         rank=rank,
         rank_is_bound=not identifiable,
         n_iter=n_iter,
+        moment=setup["b"].T if has_targets else None,
+        diagnostics=ext.get("diagnostics"),
     )
