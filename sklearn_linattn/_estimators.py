@@ -332,8 +332,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
             Training sequences; trailing all-NaN tokens are padding.  A dask
-            array is reduced to sufficient statistics block by block where it
-            lives (needs ``solver`` "auto", "eigh" or "cholesky").
+            array is processed block by block where it lives: reduced to
+            sufficient statistics (``solver`` "eigh" or "cholesky"), or kept
+            on the workers for a matrix-free ``"cg"`` whose every pass is a
+            map-reduce over the blocks (``"auto"`` picks it when the psi x psi
+            statistics would not fit the memory budget); see the user guide's
+            Dask page.
         y : array-like
             ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
             ``readout="all"``: shape (n_samples, n_tokens) or
@@ -362,10 +366,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         start = time.perf_counter()
         self._stats = self._scales = None
         if is_dask_collection(X) or is_dask_collection(y):
-            stats, single, scales = self._dask_statistics(X, y, sample_weight)
-            self._fit_statistics(stats, single_output=single)
-            self._scales = scales
-            return self
+            return self._fit_dask(X, y, sample_weight, start)
         data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
         Xf, _, Yf, single, _ = data.first()
         d, d_out = Xf.shape[2], Yf.shape[-1]
@@ -486,8 +487,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"{self._stats_terms[1]}); call fit to start afresh."
             )
         if is_dask_collection(X) or is_dask_collection(y):
-            stats, single, scales = self._dask_statistics(X, y, sample_weight, n_features_in,
-                                                          previous)
+            from ._dask import dask_sufficient_statistics
+
+            kwargs, scales, standardizer, terms = self._dask_coordinates(
+                X, y, sample_weight, n_features_in, previous)
+            stats, _, single = dask_sufficient_statistics(
+                X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
             self._check_outputs(stats.d_out, previous, self._terms(stats.d).n_terms)
         else:
             data = TrainingData(X, y, sample_weight, layout=self._layout(),
@@ -577,20 +582,42 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             scales = StandardizerAccumulator._copy(earlier).merge(scales)
         return scales, scales.finish()
 
-    def _dask_statistics(self, X, y, sample_weight, n_features_in=None, previous=None):
-        """Statistics of dask input, block by block on the workers (see ``_dask``).
+    def _fit_dask(self, X, y, sample_weight, start):
+        """``fit`` on dask input: statistics reduced on the workers, or "cg" on the blocks."""
+        choose_solver(self.solver, 1, 1, dask=True)  # refuses solvers without a dask path
+        kwargs, scales, standardizer, terms = self._dask_coordinates(X, y, sample_weight)
+        psi = n_attention_features(standardizer.d)
+        solver = choose_solver(self.solver, psi, psi, dask=True)
+        if REGISTRY[solver].dask == "statistics":
+            from ._dask import dask_sufficient_statistics
 
-        Returns ``(stats, single_output, scales)``: two passes, the token
-        magnitudes first (merged with those of earlier ``partial_fit`` calls),
-        then the statistics.
+            stats, _, single = dask_sufficient_statistics(
+                X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip),
+                **kwargs)
+            self._fit_statistics(stats, single_output=single, start=start)
+        else:
+            from ._dask_cg import dask_solve_cg
+
+            def run(alpha):
+                return dask_solve_cg(
+                    X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip),
+                    alpha=alpha, tol=float(self.tol), max_iter=self.max_iter, **kwargs)
+
+            solution, single = run(float(self.alpha))
+            self._set_solution(solution, single_output=single, start=start,
+                               resolve=lambda: run(0.0)[0])
+        self._scales = scales
+        return self
+
+    def _dask_coordinates(self, X, y, sample_weight, n_features_in=None, previous=None):
+        """The first pass over dask input: the standardized coordinates of all the data.
+
+        Returns ``(kwargs, scales, standardizer, terms)``: the arguments of the
+        block functions, the token magnitudes (merged with those of earlier
+        ``partial_fit`` calls), their coordinates (augmented by the term
+        columns) and the terms.
         """
-        if self.solver != "auto" and not REGISTRY[self.solver].statistics:
-            raise ValueError(
-                f"dask input is reduced to sufficient statistics on the workers, which "
-                f"needs solver in {('auto',) + STATISTICS_SOLVERS}; got "
-                f"solver={self.solver!r}."
-            )
-        from ._dask import dask_scales, dask_sufficient_statistics
+        from ._dask import dask_scales
 
         kwargs = dict(readout=self.readout, sample_weight=sample_weight,
                       n_features_in=n_features_in, **self._layout())
@@ -598,9 +625,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         terms = self._terms(standardizer.d)
         if terms and scales is not None:  # the term columns ride along as targets
             standardizer = terms.augment(standardizer, standardizer.y_exponents.size)
-        stats, _, single = dask_sufficient_statistics(
-            X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
-        return stats, single, scales
+        return kwargs, scales, standardizer, terms
+
 
     def _fit_statistics(self, stats, *, single_output=False, start=None):
         """Finish a fit from sufficient statistics accumulated elsewhere (Dask, tests).

@@ -31,6 +31,7 @@ from .lsmr import solve_lsmr
 from .normal import FULL_SPECTRUM_PSI, solve_cholesky, solve_eigh
 
 __all__ = [
+    "DASK_SOLVERS",
     "REGISTRY",
     "SOLVERS",
     "STATISTICS_SOLVERS",
@@ -93,6 +94,11 @@ class Solver:
         Reads the caller's array chunk by chunk instead of a validated copy.
     sparse_only : bool
         Only worth it on sparse (one-hot) tokens; never chosen by ``"auto"``.
+    dask : str or None
+        How it runs on a dask array chunked along the samples:
+        ``"statistics"`` (each block reduced to statistics, summed in a
+        tree), ``"matrix-free"`` (each product with G a map-reduce over the
+        persisted blocks) or None (not at all).
     """
 
     name: str
@@ -102,16 +108,20 @@ class Solver:
     memory: Callable
     reads_in_place: bool = False
     sparse_only: bool = False
+    dask: str | None = None
 
 
 REGISTRY = {
     s.name: s
     for s in (
-        Solver("eigh", solve_eigh, True, "eigenbasis", _normal_equations_memory),
-        Solver("cholesky", solve_cholesky, True, "factor", _normal_equations_memory),
+        Solver("eigh", solve_eigh, True, "eigenbasis", _normal_equations_memory,
+               dask="statistics"),
+        Solver("cholesky", solve_cholesky, True, "factor", _normal_equations_memory,
+               dask="statistics"),
         Solver("svd", solve_svd, False, "eigenbasis", _svd_memory),
         Solver("dual", solve_dual, False, "eigenbasis", _dual_memory),
-        Solver("cg", solve_cg, False, "min-vector", _sized_to_budget, reads_in_place=True),
+        Solver("cg", solve_cg, False, "min-vector", _sized_to_budget, reads_in_place=True,
+               dask="matrix-free"),
         Solver("lsmr", solve_lsmr, False, "active-eigenbasis", _sized_to_budget,
                sparse_only=True),
     )
@@ -119,9 +129,10 @@ REGISTRY = {
 # The values ``solver`` accepts.
 SOLVERS = ("auto",) + tuple(REGISTRY)
 STATISTICS_SOLVERS = tuple(name for name, s in REGISTRY.items() if s.statistics)
+DASK_SOLVERS = tuple(name for name, s in REGISTRY.items() if s.dask is not None)
 
 
-def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
+def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False, dask=False):
     """Resolve ``"auto"`` from the shape of the design and the memory budget.
 
     - Dense psi x psi arrays of the normal equations above ``memory_budget``
@@ -145,11 +156,20 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
         Bytes; None uses half the physical memory.
     statistics : bool, default=False
         Only the statistics solvers ("eigh", "cholesky") are possible.
+    dask : bool, default=False
+        Only the solvers that run on dask arrays (:data:`DASK_SOLVERS`): the
+        statistics solver for the shape, or ``"cg"`` when its psi x psi
+        arrays exceed ``memory_budget``; another ``solver`` is refused.
 
     Returns
     -------
     solver : str
         A name in :data:`REGISTRY`.
+
+    Raises
+    ------
+    ValueError
+        With ``dask=True``, for a solver that does not run on dask arrays.
 
     Examples
     --------
@@ -160,13 +180,22 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False):
     'cg'
     >>> choose_solver("auto", 100, 2176, memory_budget=2**33)
     'dual'
+    >>> choose_solver("auto", 10**6, 133120, memory_budget=2**34, dask=True)
+    'cg'
     """
+    if dask and solver != "auto" and REGISTRY[solver].dask is None:
+        raise ValueError(
+            f"dask input is processed block by block on the workers, which needs solver in "
+            f"{('auto',) + DASK_SOLVERS}; got solver={solver!r}."
+        )
     if solver != "auto":
         return solver
     tall_choice = "eigh" if psi <= FULL_SPECTRUM_PSI else "cholesky"
     if statistics:
         return tall_choice
     budget = resolve_budget(memory_budget)
+    if dask:
+        return tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
     if n_rows < psi:
         return "dual" if solver_memory("dual", n_rows, psi) <= budget else "cg"
     return tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
