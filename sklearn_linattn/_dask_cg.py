@@ -56,6 +56,16 @@ class _BlockRows:
                                     standardizer=standardizer, n_rows=self.counts.n_rows)
             self.setup = self.op.setup(Y)
 
+    def __sizeof__(self):
+        # What the scheduler weighs before moving a block: without it the block
+        # looks tiny, and work stealing would ship caches between workers.
+        arrays = [] if self.op is None else [self.op.X, self.op.lengths, self.op.sample_weight]
+        if self.op is not None and self.op._cache is not None:
+            arrays += list(self.op._cache)
+        arrays += [] if self.setup is None else list(self.setup.values())
+        return object.__sizeof__(self) + sum(
+            a.nbytes for a in arrays if isinstance(a, np.ndarray))
+
 
 def _block_rows(X, y, sample_weight, offset, *, readout, token_dim, n_features_in, data_format,
                 standardizer, terms, memory_budget):

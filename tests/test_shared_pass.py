@@ -136,3 +136,21 @@ def test_shared_pass_fit_matches_eigh(alpha):
     lam = eigh.certificate_.min_eigenvalue
     assert cg.certificate_.min_eigenvalue - cg.certificate_.min_eigenvalue_error <= lam * (
         1 + 1e-9)
+
+
+def test_diagnostics_record_the_shared_pass():
+    """The solver's phase record agrees with its own counts and clock."""
+    from sklearn_linattn._solvers import solve_arrays
+
+    rng = np.random.default_rng(41)
+    X = rng.normal(size=(400, 5, 4))
+    Y = X[:, -1, :1] * (X[:, :, 1:2] ** 2).sum(axis=1)
+    solution = solve_arrays(X, np.full(400, 5), Y, solver="cg")
+    diag = solution.diagnostics
+    assert diag["fit_iterations"] == solution.n_iter > 0
+    assert diag["n_probes"] == 2 and len(diag["probe_iterations"]) == 2  # both stages ran
+    assert all(i > 0 for i in diag["probe_iterations"])
+    # The fit's columns stop inside the shared block CG, never after it.
+    assert 0 < diag["fit_seconds"] <= diag["block_cg_seconds"]
+    assert all(diag[k] >= 0 for k in diag if k.endswith("_seconds"))
+    assert diag["lobpcg_iterations"] == 0  # the interval decided the verdict
