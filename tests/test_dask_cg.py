@@ -282,3 +282,20 @@ def test_property_any_chunking_equals_in_memory(d, n_samples, chunk, readout, lo
     ref = in_memory.predict(X_new)
     assert_allclose(on_dask.predict(X_new), ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
     assert bool(on_dask.certificate_) == bool(in_memory.certificate_)
+
+
+def test_a_block_reports_its_size_to_the_scheduler():
+    """The scheduler weighs blocks by dask's sizeof: a cached block must not look tiny."""
+    from dask.sizeof import sizeof
+
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(500, 6, 3))
+    y = X[:, -1, 0]
+    Xd, yd = da.from_array(X, chunks=500), da.from_array(y, chunks=500)
+    standardizer = dask_scales(Xd, yd).finish()
+    part = _block_rows(X, y, None, 0, readout="last", token_dim=None, n_features_in=None,
+                       data_format="channels_last", standardizer=standardizer,
+                       terms=(False, False), memory_budget=None)
+    cache = sum(a.nbytes for a in part[0].op._cache if a is not None)
+    assert cache > 0
+    assert sizeof(part) >= X.nbytes + cache
