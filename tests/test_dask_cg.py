@@ -299,3 +299,21 @@ def test_a_block_reports_its_size_to_the_scheduler():
     cache = sum(a.nbytes for a in part[0].op._cache if a is not None)
     assert cache > 0
     assert sizeof(part) >= X.nbytes + cache
+
+
+def test_a_timeout_ends_the_fit_and_releases_the_blocks(client):
+    rng = np.random.default_rng(11)
+    X, V, Q = _teacher(rng, 3000, 6, 4)
+    y = mhla_forward(X, V, Q)
+    Xd, yd = da.from_array(X, chunks=500), da.from_array(y, chunks=500)
+    with dask.config.set({"sklearn-linattn.timeout": 0.2}), pytest.raises(TimeoutError,
+                                                                          match="timeout"):
+        LinearAttentionRegressor(solver="cg").fit(Xd, yd)
+
+    def linattn_keys(dask_scheduler):
+        return [str(k) for k in dask_scheduler.tasks if "linattn-cg" in str(k)]
+
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(linattn_keys) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.run_on_scheduler(linattn_keys) == []
