@@ -79,17 +79,8 @@ def fit_on_cluster(n_workers, args):
                 warnings=sorted({str(w.message) for w in caught}))
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--d", type=int, default=32)
-    parser.add_argument("--n-samples", type=int, default=20000)
-    parser.add_argument("--n-tokens", type=int, default=16)
-    parser.add_argument("--blocks", type=int, default=4, help="dask blocks along the samples")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--tol", type=float, default=1e-8)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args(argv)
+def run(args):
+    """Fit on each cluster size of ``args.workers`` and in memory; a dict of the numbers."""
     runs = [fit_on_cluster(w, args) for w in args.workers]
     X, y = runs[0]["X"], runs[0]["y"]
     with threadpool_limits(1):
@@ -115,12 +106,33 @@ def main(argv=None):
     by_workers = {r["workers"]: r["seconds"] for r in out["runs"]}
     if 1 in by_workers and 2 in by_workers:
         out["speedup_2_over_1"] = by_workers[1] / by_workers[2]
+    return out
+
+
+def build_parser():
+    """The command line (also the defaults of the ``dask`` benchmark row)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--d", type=int, default=32)
+    parser.add_argument("--n-samples", type=int, default=20000)
+    parser.add_argument("--n-tokens", type=int, default=16)
+    parser.add_argument("--blocks", type=int, default=4, help="dask blocks along the samples")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--tol", type=float, default=1e-8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    out = run(args)
     if args.json:
         print(json.dumps(out, indent=1))
         return out
     print(f"d = {args.d} (psi = {out['psi']}), N = {args.n_samples}, n = {args.n_tokens}, "
           f"{args.blocks} blocks")
-    print(f"in memory, 1 BLAS thread: {in_memory:.1f} s, {out['in_memory_n_iter']} CG "
+    print(f"in memory, 1 BLAS thread: {out['in_memory_seconds']:.1f} s, "
+          f"{out['in_memory_n_iter']} CG "
           f"iterations, lambda_min {out['lambda_min']:.3g}")
     for r in out["runs"]:
         print(f"{r['workers']} worker(s), BLAS threads per worker {r['worker_blas_threads']}: "

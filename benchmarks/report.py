@@ -119,7 +119,9 @@ This runs every row and rewrites this file; the total time of the run below is u
 
 - `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
   and writes no file unless `--output` is given).
-- `--only ROW ...` / `--skip ROW ...`: run some rows (`gram`, `adam`, `samples`, `memory`, `cg`).
+- `--only ROW ...` / `--skip ROW ...`: run some rows (`gram`, `adam`, `samples`, `memory`, `cg`,
+  `dask`). The `dask` row needs the dask extra (`pip install -e ".[dask]"`); without it the row
+  says "not available".
 - `--output PATH`: where to write the markdown (default `benchmarks/README.md`; `-` for stdout only).
 - `--threads N`: BLAS/OpenMP threads for the whole run, set with threadpoolctl (default: all usable
   cores).

@@ -804,10 +804,68 @@ def row_cg(ctx):
     return [result]
 
 
+# ---------------------------------------------------------------------------
+# dask: matrix-free cg on a dask array, 1 against 2 worker processes
+# ---------------------------------------------------------------------------
+
+DASK_FULL = dict(d=32, n_samples=20_000, n_tokens=16, blocks=4)
+DASK_QUICK = dict(d=3, n_samples=400, n_tokens=4, blocks=4)
+
+
+def row_dask(ctx):
+    """``solver="cg"`` on a dask array: 1 against 2 single-threaded worker processes.
+
+    ``benchmarks/dask_cg.py``: the data are generated and persisted on a
+    ``distributed.LocalCluster`` before the clock starts; the fit keeps the
+    blocks' row factors on the workers and every product is a map-reduce
+    over them.  The client and each worker use one BLAS thread; the
+    in-memory fit (one thread) is the reference of the coefficients.  No
+    target: the figure shows what a second worker buys on this machine.
+    """
+    try:
+        import distributed  # noqa: F401
+    except ImportError as exc:
+        return [Result(row="dask", label="dask cg: 1 worker / 2 workers",
+                       setting="needs the dask extra", measured=f"not available: {exc}",
+                       status="not available")]
+    from . import dask_cg
+
+    p = ctx.sizes(DASK_FULL, DASK_QUICK)
+    args = dask_cg.build_parser().parse_args(
+        ["--d", str(p["d"]), "--n-samples", str(p["n_samples"]), "--n-tokens",
+         str(p["n_tokens"]), "--blocks", str(p["blocks"]), "--seed", str(ctx.seed)])
+    log(f"dask: d = {p['d']}, N = {p['n_samples']}, n = {p['n_tokens']}, 1 and 2 workers")
+    out = dask_cg.run(args)
+    one, two = out["runs"]
+    return [Result(
+        row="dask",
+        label="dask cg: fit on 1 worker / on 2 workers",
+        setting=(f"N = {p['n_samples']}, n = {p['n_tokens']}, d = {p['d']} (psi = "
+                 f"{out['psi']}), readout last, {p['blocks']} blocks"),
+        measured=f"1 worker {fmt_seconds(one['seconds'])}",
+        baseline=f"2 workers {fmt_seconds(two['seconds'])}",
+        ratio=f"{one['seconds'] / two['seconds']:.2f}",
+        target="no target",
+        status="reported",
+        details=[
+            f"In memory (`solver=\"cg\"`, one BLAS thread): "
+            f"{fmt_seconds(out['in_memory_seconds'])}, {out['in_memory_n_iter']} CG iterations.",
+        ] + [
+            f"{r['workers']} worker process(es), BLAS threads per worker "
+            f"{r['worker_blas_threads']}: {fmt_seconds(r['seconds'])}, {r['n_iter']} CG "
+            f"iterations, identifiable {r['identifiable']}, largest coefficient difference "
+            f"from the in-memory fit {r['max_coef_difference']:.1e} of the largest "
+            "coefficient." + (f" Warnings: {'; '.join(r['warnings'])}" if r["warnings"] else "")
+            for r in out["runs"]
+        ],
+    )]
+
+
 ROWS = {
     "gram": row_gram,
     "adam": row_adam,
     "samples": row_samples,
     "memory": row_memory,
     "cg": row_cg,
+    "dask": row_dask,
 }
