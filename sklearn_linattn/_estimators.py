@@ -110,7 +110,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
           rank-deficient design the coefficients are the least-squares
           solution of minimal preconditioned norm, not the minimum-norm one:
           same training fit, same predictions on every input the certificate
-          would cover.
+          would cover.  On dask input it runs on the workers' blocks, every
+          pass a map-reduce (nothing of size psi^2 anywhere).
         - ``"lsmr"``: sparse feature rows of one-hot tokens on their active
           columns (memory follows the non-zeros; ``max_iter`` caps its
           iterations, default 10 times the number of active columns).  Never
