@@ -281,6 +281,7 @@ def run_isolated(func, kwargs, *, threads, timeout):
             return {"peak_rss": peak}, True
         status, value = parent.recv()
     except EOFError:
+        process.join()  # the exit code (negative: the signal) is set once it is joined
         status, value = "error", f"the child process died (exit code {process.exitcode})"
     finally:
         process.join()

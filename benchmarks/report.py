@@ -115,7 +115,10 @@ pip install -e . && python -m benchmarks
 
 This runs every row and rewrites this file; the total time of the run below is under "Run". The
 `cg` row alone takes about 10 minutes (its process is stopped after 20); leave it out with
-`--skip cg`. Options:
+`--skip cg`. The `gram` row takes about 15 minutes, most of them at d = 32 (a 2.7 GB feature
+matrix; each d runs in a fresh process). The `adam` row takes about 5 minutes with PyTorch
+installed, where it trains the paper's recipe in PyTorch (a run is stopped after 30 minutes), and
+under a minute without it, where the package's numpy learner runs the recipe instead. Options:
 
 - `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
   and writes no file unless `--output` is given).

@@ -15,6 +15,12 @@ y_hat = sum_h V_h S Q_h x and residual r = y_hat - y):
 
 The loss is the mean over real outputs (positions times output coordinates)
 of the squared error, so both gradients are averaged the same way.
+
+The paper's research code trains other parameters for the same function:
+``y_hat = c sum_h P_h S Q_h x`` with ``c = 1 / (m sqrt(d))`` for m heads
+(heads averaged, scores divided by sqrt(d)).  With ``V_h = c P_h`` its
+gradients are ``c dL/dV_h`` and ``dL/dQ_h``, so one gradient routine serves
+both.
 """
 
 import math
@@ -45,6 +51,10 @@ __all__ = [
     "learning_rate_schedule",
     "mhla_loss_gradient",
 ]
+
+
+#: What Adam trains: the heads (V_h, Q_h) themselves, or the paper's (P_h, Q_h).
+PARAMETRIZATIONS = ("sum", "paper")
 
 
 # ---------------------------------------------------------------------------
@@ -136,6 +146,33 @@ def _loss_gradient(X, Y, lengths, V, Q, readout):
         n_positions += x.shape[0]
     n_outputs = n_positions * d_out
     return sse / n_outputs, grad_V / n_outputs, grad_Q / n_outputs, n_outputs
+
+
+def _value_factor(parametrization, n_heads, d):
+    """c with ``V_h = c A_h`` for the trained value parameters A_h of a parametrization."""
+    return 1.0 if parametrization == "sum" else 1.0 / (n_heads * math.sqrt(d))
+
+
+def _trained_loss_gradient(X, Y, lengths, A, Q, readout, factor):
+    """Loss and gradients in the trained parameters ``(A, Q)``, with ``V = factor * A``.
+
+    Returns
+    -------
+    loss : float
+    grad_A, grad_Q : ndarrays
+    n_outputs : int
+    """
+    loss, grad_V, grad_Q, n_outputs = _loss_gradient(X, Y, lengths, factor * A, Q, readout)
+    return loss, factor * grad_V, grad_Q, n_outputs
+
+
+def _clip_gradients(grad_A, grad_Q, max_norm):
+    """Both gradients rescaled together to Euclidean norm ``max_norm`` when above it."""
+    norm = math.sqrt(float(np.vdot(grad_A, grad_A)) + float(np.vdot(grad_Q, grad_Q)))
+    if norm <= max_norm:
+        return grad_A, grad_Q
+    scale = max_norm / norm
+    return grad_A * scale, grad_Q * scale
 
 
 def mhla_loss_gradient(X, Y, V, Q, lengths=None, *, readout="last"):
@@ -280,6 +317,9 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
 
         y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)
 
+    or, with ``parametrization="paper"``, on the parameters ``P_h, Q_h`` the
+    paper's own code trains for the same function (see ``parametrization``).
+
     Unlike :class:`~sklearn_linattn.LinearAttentionRegressor`, which finds the
     global least-squares optimum in closed form, this learner can stall in
     flat regions, needs a learning rate and many epochs, and with fewer than
@@ -294,6 +334,18 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``"last"``: one target per sequence, the output at its last token.
         ``"all"``: a target at every position (causal attention over each
         prefix); the loss averages over the non-padded positions.
+    parametrization : {"sum", "paper"}, default="sum"
+        The parameters Adam trains.  ``"sum"``: the heads themselves,
+        ``y = sum_h V_h S Q_h x`` with ``S = sum_t x_t x_t^T``.
+        ``"paper"``: those of the paper's research code,
+        ``y = (1 / m) sum_h P_h S Q_h x / sqrt(d)`` with m = ``n_heads``
+        (heads averaged, scores divided by sqrt(d)), i.e.
+        ``V_h = P_h / (m sqrt(d))`` (:func:`~sklearn_linattn.heads_from_paper`).
+        Both describe the same functions, but Adam's steps, ``init_scale``,
+        ``weight_decay`` and ``max_grad_norm`` act on the trained parameters:
+        with ``"paper"`` the same learning rate moves the values ``V_h``
+        ``m sqrt(d)`` times less.  The fitted attributes hold ``V_h`` and
+        ``Q_h`` either way.
     learning_rate : float, default=1e-2
         Peak learning rate of the schedule.
     batch_size : int, default=32
@@ -314,10 +366,16 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     epsilon : float, default=1e-8
         Added to the root of the second moment estimate.
     init_scale : float or None, default=None
-        Standard deviation of the Gaussian initial entries of every V_h and
-        Q_h; None uses ``1 / sqrt(d)`` (the scale of the paper's generator).
-        Adam is not scale invariant: inputs far from unit scale may need a
-        different ``init_scale`` and ``learning_rate``.
+        Standard deviation of the Gaussian initial entries of every trained
+        parameter (V_h and Q_h, or P_h and Q_h with
+        ``parametrization="paper"``); None uses ``1 / sqrt(d)`` (the scale of
+        the paper's generator).  Adam is not scale invariant: inputs far from
+        unit scale may need a different ``init_scale`` and ``learning_rate``.
+    max_grad_norm : float or None, default=None
+        Gradient clipping: when the Euclidean norm of a minibatch's gradient
+        in all trained parameters together exceeds ``max_grad_norm``, the
+        gradient is rescaled to that norm before the Adam update (as
+        ``torch.nn.utils.clip_grad_norm_`` does).  None never clips.
     validation_fraction : float, default=0.0
         Fraction of the sequences held out (at random) to compute
         ``validation_curve_`` and to decide ``tol``; 0 trains on everything.
@@ -378,6 +436,11 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     updates follow Kingma and Ba with bias correction; weight decay follows
     Loshchilov and Hutter (AdamW).  All arithmetic is float64.
 
+    The paper's Sec. 4.1 recipe is ``parametrization="paper"``,
+    ``n_heads=d**2``, ``learning_rate=0.01``, ``batch_size=64``,
+    ``max_epochs=500``, ``warmup_fraction=0.1`` and ``max_grad_norm=5``; its
+    cosine ends at ``learning_rate / 100`` instead of 0.
+
     References
     ----------
     .. [1] M. Yau, E. Akyurek, J. Mao, J. B. Tenenbaum, S. Jegelka and
@@ -420,6 +483,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         n_heads=1,
         *,
         readout="last",
+        parametrization="sum",
         learning_rate=1e-2,
         batch_size=32,
         max_epochs=100,
@@ -429,6 +493,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         beta_2=0.999,
         epsilon=1e-8,
         init_scale=None,
+        max_grad_norm=None,
         validation_fraction=0.0,
         tol=None,
         token_dim=None,
@@ -438,6 +503,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     ):
         self.n_heads = n_heads
         self.readout = readout
+        self.parametrization = parametrization
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.max_epochs = max_epochs
@@ -447,6 +513,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.beta_2 = beta_2
         self.epsilon = epsilon
         self.init_scale = init_scale
+        self.max_grad_norm = max_grad_norm
         self.validation_fraction = validation_fraction
         self.tol = tol
         self.token_dim = token_dim
@@ -457,6 +524,14 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def _check_params(self):
         check_number(self.n_heads, "n_heads", integer=True, low=1)
         check_readout(self.readout)
+        if not isinstance(self.parametrization, str) or (
+            self.parametrization not in PARAMETRIZATIONS
+        ):
+            raise ValueError(
+                f"parametrization must be one of {PARAMETRIZATIONS}: 'sum' trains the heads "
+                "V_h, Q_h, 'paper' the P_h, Q_h of the paper's code (heads averaged, scores "
+                f"divided by sqrt(d)); got {self.parametrization!r}."
+            )
         check_number(self.learning_rate, "learning_rate", low=0, low_open=True)
         check_number(self.batch_size, "batch_size", integer=True, low=1)
         check_number(self.max_epochs, "max_epochs", integer=True, low=1)
@@ -466,6 +541,9 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         check_number(self.beta_2, "beta_2", low=0, high=1, high_open=True)
         check_number(self.epsilon, "epsilon", low=0, low_open=True)
         check_number(self.init_scale, "init_scale", low=0, low_open=True, allow_none=True)
+        check_number(
+            self.max_grad_norm, "max_grad_norm", low=0, low_open=True, allow_none=True
+        )
         check_number(
             self.validation_fraction, "validation_fraction", low=0, high=1, high_open=True
         )
@@ -533,8 +611,11 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
 
         # Draw order (part of the reproducibility contract): heads, split, shuffles.
+        # A holds the trained value parameters (V_h, or the paper's P_h); V = factor * A.
         scale = 1.0 / math.sqrt(d) if self.init_scale is None else float(self.init_scale)
-        V = scale * rng.standard_normal((n_heads, d_out, d))
+        factor = _value_factor(self.parametrization, n_heads, d)
+        max_norm = None if self.max_grad_norm is None else float(self.max_grad_norm)
+        A = scale * rng.standard_normal((n_heads, d_out, d))
         Q = scale * rng.standard_normal((n_heads, d, d))
         train, val = self._split(n_samples, rng)
         X_tr, Y_tr, len_tr = X[train], Y[train], lengths[train]
@@ -548,7 +629,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         )
         beta_1, beta_2 = float(self.beta_1), float(self.beta_2)
         eps, wd = float(self.epsilon), float(self.weight_decay)
-        m_V, v_V = np.zeros_like(V), np.zeros_like(V)
+        m_A, v_A = np.zeros_like(A), np.zeros_like(A)
         m_Q, v_Q = np.zeros_like(Q), np.zeros_like(Q)
 
         self.loss_curve_ = []
@@ -561,8 +642,8 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             epoch_sse, epoch_outputs = 0.0, 0
             for b in range(steps_per_epoch):
                 idx = order[b * batch_size : (b + 1) * batch_size]
-                loss, g_V, g_Q, n_out = _loss_gradient(
-                    X_tr[idx], Y_tr[idx], len_tr[idx], V, Q, readout
+                loss, g_A, g_Q, n_out = _trained_loss_gradient(
+                    X_tr[idx], Y_tr[idx], len_tr[idx], A, Q, readout, factor
                 )
                 if not np.isfinite(loss):
                     raise ValueError(
@@ -572,28 +653,32 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                     )
                 epoch_sse += loss * n_out
                 epoch_outputs += n_out
+                if max_norm is not None:
+                    g_A, g_Q = _clip_gradients(g_A, g_Q, max_norm)
                 t = step + 1
                 rate = rates[step]
-                m_V = beta_1 * m_V + (1 - beta_1) * g_V
+                m_A = beta_1 * m_A + (1 - beta_1) * g_A
                 m_Q = beta_1 * m_Q + (1 - beta_1) * g_Q
-                v_V = beta_2 * v_V + (1 - beta_2) * g_V**2
+                v_A = beta_2 * v_A + (1 - beta_2) * g_A**2
                 v_Q = beta_2 * v_Q + (1 - beta_2) * g_Q**2
                 c_1, c_2 = 1 - beta_1**t, 1 - beta_2**t
                 if wd:
-                    V = V * (1 - rate * wd)
+                    A = A * (1 - rate * wd)
                     Q = Q * (1 - rate * wd)
-                V = V - rate * (m_V / c_1) / (np.sqrt(v_V / c_2) + eps)
+                A = A - rate * (m_A / c_1) / (np.sqrt(v_A / c_2) + eps)
                 Q = Q - rate * (m_Q / c_1) / (np.sqrt(v_Q / c_2) + eps)
                 step += 1
             self.loss_curve_.append(epoch_sse / epoch_outputs)
             message = f"epoch {epoch + 1}/{self.max_epochs}: loss {self.loss_curve_[-1]:.3e}"
             monitored = None
             if val is not None:
-                monitored = _relative_mse(X[val], lengths[val], Y[val], V, Q, readout)
+                monitored = _relative_mse(
+                    X[val], lengths[val], Y[val], factor * A, Q, readout
+                )
                 self.validation_curve_.append(monitored)
                 message += f", relative validation MSE {monitored:.3e}"
             elif self.tol is not None:
-                monitored = _relative_mse(X_tr, len_tr, Y_tr, V, Q, readout)
+                monitored = _relative_mse(X_tr, len_tr, Y_tr, factor * A, Q, readout)
                 message += f", relative training MSE {monitored:.3e}"
             self.elapsed_.append(time.perf_counter() - start)
             if self.verbose:
@@ -609,6 +694,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "increase max_epochs or n_heads, or tune learning_rate.",
                 ConvergenceWarning,
             )
+        V = factor * A
         self.value_matrices_ = V
         self.key_query_matrices_ = Q
         self.n_heads_ = n_heads

@@ -15,6 +15,7 @@ from sklearn_linattn import (
     LinearAttentionRegressor,
     attention_coefficients,
     mhla_forward,
+    paper_from_heads,
 )
 from sklearn_linattn import _adam as adam
 from sklearn_linattn._memory import iter_sample_chunks
@@ -200,15 +201,26 @@ def test_learning_rate_schedule_shape():
     assert rates[-1] == pytest.approx(0.5 * (1 - math.cos(math.pi / 90)))
 
 
-def _reference_adam(X, Y, lengths, V, Q, readout, n_steps, lr, warmup, b1, b2, eps, wd):
-    """Full-batch AdamW written out step by step, with the direct schedule."""
+def _reference_adam(X, Y, lengths, V, Q, readout, n_steps, lr, warmup, b1, b2, eps, wd,
+                    factor=1.0, max_norm=None):
+    """Full-batch AdamW written out step by step, with the direct schedule.
+
+    The trained parameters are ``(A, Q)`` with heads ``V = factor * A``, so
+    the gradient in A is ``factor`` times the one in V; with ``max_norm`` both
+    gradients are rescaled together to that norm whenever it is exceeded.
+    """
     params = [V.copy(), Q.copy()]
     m = [np.zeros_like(p) for p in params]
     v = [np.zeros_like(p) for p in params]
     for s in range(n_steps):
-        _, gV, gQ = mhla_loss_gradient(X, Y, *params, lengths, readout=readout)
+        _, gV, gQ = mhla_loss_gradient(X, Y, factor * params[0], params[1], lengths,
+                                       readout=readout)
+        grads = [factor * gV, gQ]
+        norm = math.sqrt(sum(float(np.sum(g * g)) for g in grads))
+        if max_norm is not None and norm > max_norm:
+            grads = [g * (max_norm / norm) for g in grads]
         rate = _direct_rate(s, n_steps, lr, warmup)
-        for i, g in enumerate([gV, gQ]):
+        for i, g in enumerate(grads):
             m[i] = b1 * m[i] + (1 - b1) * g
             v[i] = b2 * v[i] + (1 - b2) * g * g
             m_hat = m[i] / (1 - b1 ** (s + 1))
@@ -243,6 +255,216 @@ def test_matches_reference_adamw(readout, weight_decay):
     np.testing.assert_allclose(model.value_matrices_, V_ref, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(model.key_query_matrices_, Q_ref, rtol=1e-9, atol=1e-12)
     assert not np.allclose(V_ref, V0)
+
+
+# ---------------------------------------------------------------------------
+# the paper's parametrisation and gradient clipping
+# ---------------------------------------------------------------------------
+
+
+def _paper_loop_outputs(X, P, Q, lengths, readout):
+    """The paper's code, literally: mean_h causal((Z Q_h^T) Z^T / sqrt(d)) (Z P_h^T)."""
+    n_heads, d = Q.shape[0], Q.shape[1]
+    outputs = []
+    for i in range(X.shape[0]):
+        Z = X[i, : lengths[i]]
+        out = 0.0
+        for h in range(n_heads):
+            scores = np.tril((Z @ Q[h].T) @ Z.T / np.sqrt(d))
+            out = out + scores @ (Z @ P[h].T)
+        out = out / n_heads
+        outputs.append(out[-1:] if readout == "last" else out)
+    return outputs
+
+
+def _paper_loop_loss(X, Y, P, Q, lengths, readout):
+    """Mean squared error over real outputs of :func:`_paper_loop_outputs`."""
+    total, count = 0.0, 0
+    for i, out in enumerate(_paper_loop_outputs(X, P, Q, lengths, readout)):
+        target = Y[i][None] if readout == "last" else Y[i, : lengths[i]]
+        total += np.sum((out - target) ** 2)
+        count += out.size
+    return total / count
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_paper_gradient_matches_finite_differences(readout):
+    rng = np.random.default_rng(20 + (readout == "all"))
+    n_heads, d_out, d, n_tokens = 3, 2, 3, 4
+    X, lengths = _padded(rng, 5, n_tokens, d)
+    X = np.nan_to_num(X)
+    Y = rng.normal(size=(5, d_out) if readout == "last" else (5, n_tokens, d_out))
+    P = rng.normal(size=(n_heads, d_out, d))
+    Q = rng.normal(size=(n_heads, d, d))
+    factor = adam._value_factor("paper", n_heads, d)
+    assert factor == pytest.approx(1 / (n_heads * math.sqrt(d)), rel=1e-15)
+    loss, grad_P, grad_Q, _ = adam._trained_loss_gradient(
+        X, Y, lengths, P, Q, readout, factor
+    )
+    assert loss == pytest.approx(_paper_loop_loss(X, Y, P, Q, lengths, readout), rel=1e-12)
+
+    def central(which):
+        base = P if which == "P" else Q
+        out = np.zeros_like(base)
+        h = 1e-5
+        for idx in np.ndindex(base.shape):
+            E = np.zeros_like(base)
+            E[idx] = h
+            if which == "P":
+                plus, minus = (P + E, Q), (P - E, Q)
+            else:
+                plus, minus = (P, Q + E), (P, Q - E)
+            out[idx] = (_paper_loop_loss(X, Y, *plus, lengths, readout)
+                        - _paper_loop_loss(X, Y, *minus, lengths, readout)) / (2 * h)
+        return out
+
+    for analytic, numeric in [(grad_P, central("P")), (grad_Q, central("Q"))]:
+        assert np.linalg.norm(analytic - numeric) / np.linalg.norm(analytic) < 1e-6
+    # The exact reparametrisation V = factor * P of the package's own gradient.
+    _, grad_V, grad_QV = mhla_loss_gradient(X, Y, factor * P, Q, lengths, readout=readout)
+    np.testing.assert_allclose(grad_P, factor * grad_V, rtol=1e-13)
+    np.testing.assert_allclose(grad_Q, grad_QV, rtol=1e-13)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_paper_parametrization_matches_reference_adam(readout):
+    rng = np.random.default_rng(21)
+    d, n_heads, d_out, seed = 3, 2, 2, 5
+    X, lengths = _padded(rng, 20, 5, d, min_len=2)
+    V_true, Q_true = _generator(rng, d, d_out)
+    Y = mhla_forward(np.nan_to_num(X), V_true, Q_true, lengths, readout=readout)
+    model = AdamLinearAttentionRegressor(
+        n_heads=n_heads, readout=readout, parametrization="paper", learning_rate=0.05,
+        batch_size=64, max_epochs=6, warmup_fraction=0.34, init_scale=0.4,
+        random_state=seed,
+    ).fit(X, Y)
+    rs = check_random_state(seed)
+    P0 = 0.4 * rs.standard_normal((n_heads, d_out, d))
+    Q0 = 0.4 * rs.standard_normal((n_heads, d, d))
+    factor = 1 / (n_heads * math.sqrt(d))
+    P_ref, Q_ref = _reference_adam(
+        np.nan_to_num(X), np.nan_to_num(Y), lengths, P0, Q0, readout, 6, 0.05, 0.34, 0.9,
+        0.999, 1e-8, 0.0, factor=factor,
+    )
+    np.testing.assert_allclose(model.value_matrices_, factor * P_ref, rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(model.key_query_matrices_, Q_ref, rtol=1e-9, atol=1e-12)
+    P_fit, Q_fit = paper_from_heads(model.value_matrices_, model.key_query_matrices_)
+    np.testing.assert_allclose(P_fit, P_ref, rtol=1e-9, atol=1e-12)
+    # Adam's steps are taken in P: training the heads V_h directly goes elsewhere.
+    summed = clone(model).set_params(parametrization="sum").fit(X, Y)
+    assert not np.allclose(summed.value_matrices_, model.value_matrices_, rtol=1e-3)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_paper_parametrization_exports_the_learned_function(readout):
+    rng = np.random.default_rng(22)
+    d, n_heads = 3, 4
+    V, Q = _generator(rng, d)
+    X, lengths = _padded(rng, 60, 6, d, min_len=2, scale=1 / np.sqrt(6))
+    y = mhla_forward(np.nan_to_num(X), V, Q, lengths, readout=readout)[..., 0]
+    model = AdamLinearAttentionRegressor(
+        n_heads=n_heads, readout=readout, parametrization="paper", max_epochs=3,
+        validation_fraction=0.25, random_state=0,
+    ).fit(X, y)
+    # The exported heads are the function Adam monitored: the validation split
+    # is the generator's draw after the initial parameters.
+    rs = check_random_state(0)
+    rs.standard_normal(n_heads * d + n_heads * d * d)
+    val = np.sort(rs.permutation(60)[:15])
+    pred_val = model.predict(X[val])
+    if readout == "all":
+        real = ~np.isnan(pred_val)
+        pred_val, y_val = pred_val[real], y[val][real]
+    else:
+        y_val = y[val]
+    monitored = np.mean((pred_val - y_val) ** 2) / np.mean(y_val**2)
+    assert monitored == pytest.approx(model.validation_curve_[-1], rel=1e-10)
+    X_nan, lengths_new = _padded(rng, 7, 9, d)
+    X_new = np.nan_to_num(X_nan)
+    heads = mhla_forward(X_new, model.value_matrices_, model.key_query_matrices_,
+                         lengths_new, readout=readout)[..., 0]
+    pred = model.predict(X_nan)
+    if readout == "all":  # NaN exactly at the padded positions, as the targets
+        real = np.arange(9)[None, :] < lengths_new[:, None]
+        np.testing.assert_array_equal(np.isnan(pred), ~real)
+        pred, heads = pred[real], heads[real]
+    np.testing.assert_array_equal(pred, heads)
+    np.testing.assert_allclose(
+        attention_coefficients(model.value_matrices_, model.key_query_matrices_),
+        model.coef_,
+    )
+    # The paper's own forward pass of the trained (P_h, Q_h) computes the same outputs.
+    P, Q_fit = paper_from_heads(model.value_matrices_, model.key_query_matrices_)
+    loops = _paper_loop_outputs(X_new, P, Q_fit, lengths_new, readout)
+    np.testing.assert_allclose(np.concatenate([out[:, 0] for out in loops]), heads,
+                               rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("parametrization", ["sum", "paper"])
+def test_parametrization_sets_the_scale_of_the_values(parametrization):
+    rng = np.random.default_rng(23)
+    d, n_heads, lr = 4, 3, 1e-3
+    X = rng.normal(size=(40, 5, d))
+    y = rng.normal(size=40)
+    factor = 1.0 if parametrization == "sum" else 1 / (n_heads * math.sqrt(d))
+    # One full-batch step without warm-up: Adam's first step moves every
+    # trained entry by the learning rate (m_hat / sqrt(v_hat) = sign of the
+    # gradient), so each V_h entry moves by factor * lr.
+    model = AdamLinearAttentionRegressor(
+        n_heads=n_heads, parametrization=parametrization, learning_rate=lr,
+        batch_size=100, max_epochs=1, warmup_fraction=0.0, epsilon=1e-300, random_state=1,
+    ).fit(X, y)
+    rs = check_random_state(1)
+    A0 = rs.standard_normal((n_heads, 1, d)) / math.sqrt(d)
+    Q0 = rs.standard_normal((n_heads, d, d)) / math.sqrt(d)
+    np.testing.assert_allclose(np.abs(model.value_matrices_ - factor * A0), factor * lr,
+                               rtol=1e-9)
+    np.testing.assert_allclose(np.abs(model.key_query_matrices_ - Q0), lr, rtol=1e-9)
+
+
+@pytest.mark.parametrize("parametrization", ["sum", "paper"])
+def test_gradient_clipping_matches_reference(parametrization):
+    rng = np.random.default_rng(24)
+    d, n_heads, seed, n_steps = 3, 2, 3, 8
+    X = rng.normal(size=(30, 5, d))
+    V_true, Q_true = _generator(rng, d)
+    y = mhla_forward(X, V_true, Q_true)[:, 0]
+    factor = 1.0 if parametrization == "sum" else 1 / (n_heads * math.sqrt(d))
+    rs = check_random_state(seed)
+    A0 = rs.standard_normal((n_heads, 1, d)) / math.sqrt(d)
+    Q0 = rs.standard_normal((n_heads, d, d)) / math.sqrt(d)
+    _, gV, gQ = mhla_loss_gradient(X, y[:, None], factor * A0, Q0)
+    first_norm = math.sqrt(np.sum((factor * gV) ** 2) + np.sum(gQ**2))
+    max_norm = 0.3 * first_norm
+    params = dict(n_heads=n_heads, parametrization=parametrization, learning_rate=0.05,
+                  batch_size=64, max_epochs=n_steps, warmup_fraction=0.25, random_state=seed)
+    model = AdamLinearAttentionRegressor(**params, max_grad_norm=max_norm).fit(X, y)
+    reference = [_reference_adam(X, y[:, None], np.full(30, 5), A0, Q0, "last", n_steps, 0.05,
+                                 0.25, 0.9, 0.999, 1e-8, 0.0, factor=factor, max_norm=norm)
+                 for norm in (max_norm, None)]
+    np.testing.assert_allclose(model.value_matrices_, factor * reference[0][0], rtol=1e-9,
+                               atol=1e-13)
+    np.testing.assert_allclose(model.key_query_matrices_, reference[0][1], rtol=1e-9,
+                               atol=1e-13)
+    # Clipping changed the run: the norms differ from step to step, which Adam sees.
+    assert not np.allclose(reference[0][1], reference[1][1], rtol=1e-4)
+    # A bound above every gradient norm never clips: the same run as without one.
+    free = AdamLinearAttentionRegressor(**params).fit(X, y)
+    loose = AdamLinearAttentionRegressor(**params, max_grad_norm=1e6 * first_norm).fit(X, y)
+    np.testing.assert_array_equal(loose.value_matrices_, free.value_matrices_)
+    np.testing.assert_array_equal(loose.key_query_matrices_, free.key_query_matrices_)
+
+
+def test_clip_gradients_rescales_both_together():
+    rng = np.random.default_rng(25)
+    gA, gQ = rng.normal(size=(2, 1, 3)), rng.normal(size=(2, 3, 3))
+    norm = math.sqrt(np.sum(gA**2) + np.sum(gQ**2))
+    cA, cQ = adam._clip_gradients(gA, gQ, 0.5 * norm)
+    assert math.sqrt(np.sum(cA**2) + np.sum(cQ**2)) == pytest.approx(0.5 * norm, rel=1e-14)
+    np.testing.assert_allclose(cA, 0.5 * gA, rtol=1e-14)
+    np.testing.assert_allclose(cQ, 0.5 * gQ, rtol=1e-14)
+    same = adam._clip_gradients(gA, gQ, 2 * norm)
+    assert same[0] is gA and same[1] is gQ
 
 
 def test_training_decreases_loss():
@@ -473,6 +695,18 @@ def test_clone_pickle():
         ({"epsilon": 0.0}, ValueError, "epsilon must be a real number > 0; got 0.0"),
         ({"init_scale": -1.0}, ValueError, "init_scale must be None or a real number > 0; got -1.0"),
         ({"init_scale": "big"}, TypeError, "init_scale must be None or a real number"),
+        (
+            {"parametrization": "mean"},
+            ValueError,
+            "parametrization must be one of \\('sum', 'paper'\\).*got 'mean'",
+        ),
+        ({"parametrization": None}, ValueError, "parametrization must be one of"),
+        (
+            {"max_grad_norm": 0.0},
+            ValueError,
+            "max_grad_norm must be None or a real number > 0; got 0.0",
+        ),
+        ({"max_grad_norm": "5"}, TypeError, "max_grad_norm must be None or a real number"),
         (
             {"validation_fraction": 1.0},
             ValueError,
