@@ -518,6 +518,8 @@ def _compute(result, timeout):
         timeout = dask.config.get("sklearn-linattn.timeout", None)
     no_workers_limit = float(dask.config.get("sklearn-linattn.no-workers-timeout", 60))
     poll = min(1.0, no_workers_limit / 4) if no_workers_limit > 0 else 1.0
+    if timeout is not None:
+        poll = min(poll, max(float(timeout), 0.01))
     future = client.compute(result)
     start = time.monotonic()
     without_workers = None

@@ -125,13 +125,27 @@ def _sum_products(*parts):
 class _DaskGram:
     """``G = sum_blocks G_block`` as products over the persisted blocks (the "cg" operator)."""
 
-    def __init__(self, blocks, psi, exact, *, split_every, deadline, name):
+    def __init__(self, blocks, psi, exact, *, split_every, deadline, name, timeout=None):
         self.blocks, self.psi, self.exact = blocks, psi, exact
         self.split_every, self.deadline, self.name = split_every, deadline, name
+        self.timeout = timeout
         self.n_products = 0
 
     def _remaining(self):
-        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+        """Seconds left before the deadline (None: no deadline); raises once it has passed.
+
+        Checked before every product: each one may be far shorter than the
+        polls of ``_compute``, which alone would never see the deadline.
+        """
+        if self.deadline is None:
+            return None
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(
+                f"the dask computation did not finish within timeout={self.timeout} s "
+                "(the dask config key 'sklearn-linattn.timeout')."
+            )
+        return remaining
 
     def _product(self, V, exact):
         import dask
@@ -139,6 +153,7 @@ class _DaskGram:
         V = np.ascontiguousarray(V, dtype=np.float64)
         if V.ndim == 1:
             return self._product(V[:, None], exact)[:, 0]
+        remaining = self._remaining()
         client = _distributed_client()
         # Scattered once to every worker, not embedded in each block's task.
         shared = client.scatter(V, broadcast=True) if client is not None else V
@@ -150,7 +165,7 @@ class _DaskGram:
         ]
         total = tree_reduce(parts, _sum_products, f"cg-sum-{self.name}-{index}",
                             self.split_every)
-        out = _compute(total, self._remaining())
+        out = _compute(total, remaining)
         self.n_products += 1
         return np.zeros_like(V) if out is None else out
 
@@ -266,7 +281,7 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
         setup_seconds = time.monotonic() - start
         name = tokenize(token, alpha, tol, max_iter)
         op = _DaskGram(blocks, n_attention_features(counts.d), exact, split_every=split_every,
-                       deadline=deadline, name=name)
+                       deadline=deadline, name=name, timeout=timeout)
         solution = solve_implicit(op, setup, standardizer=standardizer, dtype=counts.dtype,
                                   alpha=alpha, options=dict(tol=tol, max_iter=max_iter,
                                                             memory_budget=memory_budget))

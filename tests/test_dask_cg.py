@@ -317,3 +317,21 @@ def test_a_timeout_ends_the_fit_and_releases_the_blocks(client):
     while client.run_on_scheduler(linattn_keys) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert client.run_on_scheduler(linattn_keys) == []
+
+
+def test_the_deadline_is_checked_before_every_product():
+    """Short products never reach a poll of ``_compute``: the deadline is checked itself."""
+    X = np.random.default_rng(12).normal(size=(30, 4, 2))
+    Xd, yd = da.from_array(X, chunks=15), da.from_array(X[:, -1, 0], chunks=15)
+    standardizer = dask_scales(Xd, yd).finish()
+    part = _block_rows(X, X[:, -1, 0], None, 0, readout="last", token_dim=None,
+                       n_features_in=None, data_format="channels_last",
+                       standardizer=standardizer, terms=(False, False), memory_budget=None)
+    psi = n_attention_features(2)
+    op = _DaskGram([dask.delayed(part)], psi, True, split_every=2,
+                   deadline=time.monotonic() - 1.0, name="late", timeout=5)
+    with pytest.raises(TimeoutError, match="timeout=5 s"):
+        op.matmat(np.ones((psi, 1)))
+    on_time = _DaskGram([dask.delayed(part)], psi, True, split_every=2,
+                        deadline=time.monotonic() + 60, name="on-time", timeout=60)
+    assert on_time.matmat(np.ones((psi, 1))).shape == (psi, 1)
