@@ -20,7 +20,7 @@ distributed = pytest.importorskip("distributed")
 
 from numpy.testing import assert_allclose  # noqa: E402
 
-from sklearn_linattn import LinearAttentionFeatures, LinearAttentionRegressor  # noqa: E402
+from sklearn_linattn import LinearAttentionRegressor  # noqa: E402
 from sklearn_linattn import _memory, mhla_forward  # noqa: E402
 from sklearn_linattn._dask import dask_scales  # noqa: E402
 from sklearn_linattn._dask_cg import (  # noqa: E402
@@ -77,6 +77,24 @@ def _weights(params, chunks):
     if w is None:
         return {}
     return {"sample_weight": w if chunks is None else da.from_array(w, chunks=chunks)}
+
+
+def _assert_released(client, prefix):
+    """Within 10 s the scheduler holds no task whose key contains ``prefix``."""
+    def keys(dask_scheduler):
+        return [str(k) for k in dask_scheduler.tasks if prefix in str(k)]
+
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(keys) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.run_on_scheduler(keys) == []
+
+
+def _rows(X, y, standardizer, w=None, offset=0, budget=None):
+    """One block's ``_block_rows`` in the layout of these tests."""
+    return _block_rows(X, y, w, offset, readout="last", token_dim=None, n_features_in=None,
+                       data_format="channels_last", standardizer=standardizer,
+                       terms=(False, False), memory_budget=budget)
 
 
 def _assert_same_fit(a, b, X_new):
@@ -142,13 +160,7 @@ def test_blocks_are_released_after_the_fit(client):
     LinearAttentionRegressor(solver="cg").fit(da.from_array(X, chunks=100),
                                              da.from_array(y, chunks=100))
 
-    def linattn_keys(dask_scheduler):
-        return [str(k) for k in dask_scheduler.tasks if "linattn" in str(k)]
-
-    deadline = time.monotonic() + 10
-    while client.run_on_scheduler(linattn_keys) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert client.run_on_scheduler(linattn_keys) == []
+    _assert_released(client, "linattn")
 
 
 def test_the_operator_is_the_dense_gram_matrix():
@@ -162,10 +174,7 @@ def test_the_operator_is_the_dense_gram_matrix():
     blocks, exact = [], True
     for start in range(0, 45, 10):
         sl = slice(start, start + 10)
-        part = _block_rows(X[sl], y[sl], w[sl], start, readout="last", token_dim=None,
-                           n_features_in=None, data_format="channels_last",
-                           standardizer=standardizer, terms=(False, False),
-                           memory_budget=None)
+        part = _rows(X[sl], y[sl], standardizer, w[sl], start)
         assert isinstance(part[0], _BlockRows)
         blocks.append(dask.delayed(part))
         exact &= part[0].op.exact
@@ -210,9 +219,7 @@ def test_float32_block_caches_keep_float64_results():
     Xd, yd = da.from_array(X, chunks=100), da.from_array(y, chunks=100)
     standardizer = dask_scales(Xd, yd).finish()
     budget = 4 * 100 * (6 + 3 + 1) * 4  # a block's cache fits in float32 only
-    block = _block_rows(X[:100], y[:100], None, 0, readout="last", token_dim=None,
-                        n_features_in=None, data_format="channels_last",
-                        standardizer=standardizer, terms=(False, False), memory_budget=budget)
+    block = _rows(X[:100], y[:100], standardizer, budget=budget)
     assert not block[0].op.exact
     with dask.config.set(scheduler="threads"):
         small, _ = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL,
@@ -293,9 +300,7 @@ def test_a_block_reports_its_size_to_the_scheduler():
     y = X[:, -1, 0]
     Xd, yd = da.from_array(X, chunks=500), da.from_array(y, chunks=500)
     standardizer = dask_scales(Xd, yd).finish()
-    part = _block_rows(X, y, None, 0, readout="last", token_dim=None, n_features_in=None,
-                       data_format="channels_last", standardizer=standardizer,
-                       terms=(False, False), memory_budget=None)
+    part = _rows(X, y, standardizer)
     cache = sum(a.nbytes for a in part[0].op._cache if a is not None)
     assert cache > 0
     assert sizeof(part) >= X.nbytes + cache
@@ -310,13 +315,7 @@ def test_a_timeout_ends_the_fit_and_releases_the_blocks(client):
                                                                           match="timeout"):
         LinearAttentionRegressor(solver="cg").fit(Xd, yd)
 
-    def linattn_keys(dask_scheduler):
-        return [str(k) for k in dask_scheduler.tasks if "linattn-cg" in str(k)]
-
-    deadline = time.monotonic() + 10
-    while client.run_on_scheduler(linattn_keys) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert client.run_on_scheduler(linattn_keys) == []
+    _assert_released(client, "linattn-cg")
 
 
 def test_the_deadline_is_checked_before_every_product():
@@ -324,9 +323,7 @@ def test_the_deadline_is_checked_before_every_product():
     X = np.random.default_rng(12).normal(size=(30, 4, 2))
     Xd, yd = da.from_array(X, chunks=15), da.from_array(X[:, -1, 0], chunks=15)
     standardizer = dask_scales(Xd, yd).finish()
-    part = _block_rows(X, X[:, -1, 0], None, 0, readout="last", token_dim=None,
-                       n_features_in=None, data_format="channels_last",
-                       standardizer=standardizer, terms=(False, False), memory_budget=None)
+    part = _rows(X, X[:, -1, 0], standardizer)
     psi = n_attention_features(2)
     op = _DaskGram([dask.delayed(part)], psi, True, split_every=2,
                    deadline=time.monotonic() - 1.0, name="late", timeout=5)
