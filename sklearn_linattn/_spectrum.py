@@ -309,7 +309,9 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_pro
     previous = [B] + solutions[:-1]
     residuals = [previous[j] - G_sol[:, j * k:(j + 1) * k] for j in range(len(solutions))]
     lower = randomized_lower_bound(delta, solutions, residuals)
-    probe_iter = int(info["iterations"][probes].max()) + sum(chain["iterations"])
+    # Each finished stage's count, then the last stage's.
+    probe_iterations = [int(i) for i in chain["iterations"]] + [
+        int(info["iterations"][probes].max())]
 
     vectors = []
     if record.k > 0:
@@ -335,14 +337,12 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_pro
         fit_seconds=float(info["seconds"][:d_out].max()) if d_out else 0.0,
         bounds_seconds=time.perf_counter() - started - block_cg,
         fit_iterations=fit[1] if fit is not None else 0,
-        # Each finished stage's count, then the last stage's.
-        probe_iterations=[int(i) for i in chain["iterations"]]
-        + [int(info["iterations"][probes].max())],
+        probe_iterations=probe_iterations,
         n_probes=k,
     )
     return dict(lower=float(lower), upper=max(float(rho[best]), 0.0),
                 vector=W[:, best] / np.linalg.norm(W[:, best]), vectors=W[:, order],
-                values=np.clip(rho[order], 0.0, None), n_iter=probe_iter, fit=fit,
+                values=np.clip(rho[order], 0.0, None), n_iter=sum(probe_iterations), fit=fit,
                 stages=len(solutions), stage_iterations=chain["iterations"],
                 lower_single=randomized_lower_bound(delta, solutions[:1], residuals[:1]),
                 diagnostics=diagnostics)
