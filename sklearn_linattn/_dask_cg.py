@@ -178,6 +178,24 @@ class _DaskGram:
         return self._product(V, True)
 
 
+def _release(blocks):
+    """Drop the workers' copies of the persisted blocks now.
+
+    Deleting the client's references is not enough: an exception's
+    traceback (kept by a notebook as ``sys.last_traceback``, or by a caller
+    that stores the error) holds the frames that refer to the blocks, so the
+    workers would keep every block's cache for as long as the error lives.
+    """
+    client = _distributed_client()
+    if client is None:
+        return
+    from distributed import futures_of
+
+    futures = futures_of(blocks)
+    if futures:
+        client.cancel(futures)
+
+
 def _check_scheduler():
     import dask
 
@@ -286,7 +304,7 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
                                   alpha=alpha, options=dict(tol=tol, max_iter=max_iter,
                                                             memory_budget=memory_budget))
     finally:
-        del blocks  # the workers release the row factors once no future refers to them
+        _release(blocks)
     solution.counts = counts
     if solution.diagnostics is not None:
         # The blocks' validation and caches, then one round trip per product.

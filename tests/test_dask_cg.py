@@ -7,6 +7,7 @@ of the feature matrix for the operator itself.  The cluster is a
 """
 
 import time
+import traceback
 import warnings
 
 import numpy as np
@@ -315,6 +316,24 @@ def test_a_timeout_ends_the_fit_and_releases_the_blocks(client):
                                                                           match="timeout"):
         LinearAttentionRegressor(solver="cg").fit(Xd, yd)
 
+    _assert_released(client, "linattn-cg")
+
+
+def test_blocks_are_released_while_the_timeout_error_lives(client):
+    """Regression: the error's frames referred to the blocks, so workers kept every cache.
+
+    The error is kept (as a notebook keeps ``sys.last_traceback``); the deadline
+    counts from the blocks' persist, so it always falls inside the cg solve.
+    """
+    rng = np.random.default_rng(13)
+    X, V, Q = _teacher(rng, 3000, 6, 4)
+    y = mhla_forward(X, V, Q)
+    Xd, yd = da.from_array(X, chunks=500), da.from_array(y, chunks=500)
+    standardizer = dask_scales(Xd, yd).finish()
+    with pytest.raises(TimeoutError, match="timeout") as error:
+        dask_solve_cg(Xd, yd, standardizer=standardizer, tol=1e-14, timeout=0.2)
+    frames = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.tb)]
+    assert "dask_solve_cg" in frames
     _assert_released(client, "linattn-cg")
 
 
