@@ -398,6 +398,24 @@ def test_cholesky_certificate_equals_eigh(readout):
         a.witness()
 
 
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_dense_extreme_eigenvalues_match_eigvalsh(layout):
+    """Lanczos on one triangle (symv) and on the Cholesky inverse, in every memory layout."""
+    from sklearn_linattn._solvers.normal import _cholesky
+    from sklearn_linattn._spectrum import largest_eigenvalue, smallest_eigenvalue_from_cholesky
+
+    rng = np.random.default_rng(17)
+    A = rng.normal(size=(400, 150)) * np.logspace(0, 3, 150)  # condition number ~1e6
+    G = A.T @ A
+    w = np.linalg.eigvalsh(G)
+    M = {"C": np.ascontiguousarray(G), "F": np.asfortranarray(G),
+         "strided": np.repeat(np.repeat(G, 2, axis=0), 2, axis=1)[::2, ::2]}[layout]
+    assert largest_eigenvalue(M) == pytest.approx(w[-1], rel=1e-10)
+    assert np.array_equal(M, G)  # not overwritten
+    lam_min, error = smallest_eigenvalue_from_cholesky(_cholesky(G.copy()))
+    assert lam_min == pytest.approx(w[0], rel=1e-8) and 0 < error <= 1e-9 * lam_min
+
+
 def test_cholesky_hands_over_to_eigh_on_singular_designs():
     rng = np.random.default_rng(8)
     X = rng.normal(size=(200, 5, 5))
