@@ -132,8 +132,8 @@ def main(argv=None):
     print(f"python {platform.python_version()}, numpy {np.__version__}; seed {args.seed}, "
           f"{N_TOKENS} tokens per training sequence, OOD: 30 tokens, 2x scale; "
           f"Adam: {adam_epochs or 'skipped'} full-batch epochs, peak rate {args.adam_lr:g}")
-    header = (f"| d | readout | N | rows | direct fit | min-norm + compress | Adam | "
-              f"local cert. | direct s |")
+    header = ("| d | readout | N | rows | direct fit | min-norm + compress | Adam | "
+              "local cert. | direct s |")
     print(header)
     print("|" + "---|" * 9)
     summary = []

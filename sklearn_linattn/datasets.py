@@ -201,6 +201,12 @@ def make_random_mhla(
     over the prefix up to each position for ``readout="all"``).  Random draws
     are made in this order: V, Q, tokens, lengths, noise.
 
+    The paper's layer also divides its scores by sqrt(d) and averages its
+    heads (``V_h = P_h / (H sqrt(d))``, :func:`~sklearn_linattn.heads_from_paper`):
+    with the same N(0, 1/d) draws its targets are these divided by
+    ``H sqrt(d)``.  The closed form is unaffected; gradient-based learners
+    compared with the paper's curves should be given ``y / (H sqrt(d))``.
+
     References
     ----------
     .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time",

@@ -6,7 +6,6 @@ of distribution: on longer sequences with larger tokens than the queries.
 """
 
 import math
-import warnings
 
 import numpy as np
 import pytest
