@@ -24,6 +24,7 @@ would ship the blocks again, so it is refused.
 
 import itertools
 import time
+import uuid
 
 import numpy as np
 
@@ -274,8 +275,10 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
 
     _check_scheduler()
     terms = tuple(bool(t) for t in terms)
+    # Keys of this fit's own: another fit of the same blocks (another alpha, say)
+    # must not share them, since each fit cancels its blocks when it ends.
     level, _, token = block_tasks(
-        X, y, _block_rows, "cg-rows", readout=readout, token_dim=token_dim,
+        X, y, _block_rows, f"cg-rows-{uuid.uuid4().hex}", readout=readout, token_dim=token_dim,
         sample_weight=sample_weight, n_features_in=n_features_in, split_every=split_every,
         data_format=data_format, standardizer=standardizer, terms=terms,
         memory_budget=memory_budget,

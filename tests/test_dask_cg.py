@@ -6,6 +6,7 @@ of the feature matrix for the operator itself.  The cluster is a
 ``distributed.LocalCluster`` of two worker processes.
 """
 
+import threading
 import time
 import traceback
 import warnings
@@ -334,6 +335,38 @@ def test_blocks_are_released_while_the_timeout_error_lives(client):
         dask_solve_cg(Xd, yd, standardizer=standardizer, tol=1e-14, timeout=0.2)
     frames = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.tb)]
     assert "dask_solve_cg" in frames
+    _assert_released(client, "linattn-cg")
+
+
+def test_a_fit_that_ends_does_not_release_the_blocks_of_another(client, monkeypatch):
+    """Regression: fits differing only in alpha shared their blocks' keys, so the first to
+    end cancelled the other's blocks (a second fit runs, to its end, during the first one's
+    first product)."""
+    import sklearn_linattn._dask_cg as dask_cg
+
+    rng = np.random.default_rng(14)
+    X, V, Q = _teacher(rng, 400, 5, 3)
+    y = mhla_forward(X, V, Q)
+    Xd, yd = da.from_array(X, chunks=100), da.from_array(y, chunks=100)
+    product, inner, started = dask_cg._DaskGram._product, [], []
+
+    def another_fit():
+        inner.append(LinearAttentionRegressor(solver="cg", tol=TOL, alpha=1e-3).fit(Xd, yd))
+
+    def product_running_another_fit(self, V, exact):
+        if not started:  # the outer fit's first product; the inner fit's run unchanged
+            started.append(True)
+            thread = threading.Thread(target=another_fit)  # a stack of its own
+            thread.start()
+            thread.join()
+        return product(self, V, exact)
+
+    monkeypatch.setattr(dask_cg._DaskGram, "_product", product_running_another_fit)
+    outer = LinearAttentionRegressor(solver="cg", tol=TOL).fit(Xd, yd)
+    monkeypatch.undo()
+    assert_allclose(outer.coef_, LinearAttentionRegressor(solver="cg", tol=TOL).fit(X, y).coef_,
+                    rtol=0, atol=1e-8 * np.abs(outer.coef_).max())
+    assert inner[0].alpha == 1e-3 and inner[0].certificate_
     _assert_released(client, "linattn-cg")
 
 
