@@ -71,11 +71,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``"all"``: a target at every position (causal attention over each
         prefix), as in autoregressive training.
     alpha : float, default=0.0
-        Ridge penalty on the coefficients ``coef_`` (in the units of X and y,
-        as scikit-learn's ``Ridge``).  0 gives the exact empirical risk
-        minimizer; when the features are rank-deficient, the one of minimum
-        norm in the standardized coordinates (``standardization_``, see Notes),
-        except with ``solver="cg"`` (see there).
+        Ridge penalty, unit-free: it penalises the coefficients of the
+        features of the standardized tokens relative to the mean eigenvalue
+        of their second moment, so that the fit minimises the weighted mean
+        squared error plus ``alpha * mean(eigenvalues of Lambda_D) *
+        ||c||**2`` (the user guide's theory page).  ``X``, ``c * X`` and
+        ``X @ A`` give the same predictions for every alpha, and a grid such
+        as ``np.logspace(-8, 2, 11)`` means the same on any data.  The
+        intercept and skip terms are not penalized.  0 gives the exact
+        empirical risk minimizer; when the features are rank-deficient, the
+        one of minimum norm in the standardized coordinates
+        (``standardization_``, see Notes), except with ``solver="cg"`` (see
+        there).
     n_heads : int or None, default=None
         None returns every head of the SVD.  An integer k compresses to at
         most k heads (:func:`~sklearn_linattn.compress_heads`); a

@@ -205,10 +205,6 @@ class TokenStandardizer:
             return Y
         return _check_finite(_ldexp(Y, self.y_exponents), "The outputs")
 
-    def alpha(self, alpha):
-        """The ridge penalty for the standardized weights (objective scaled by ``2**-weight_exponent``)."""
-        return float(np.ldexp(alpha, -self.weight_exponent)) if alpha else 0.0
-
     def scale_moments(self, S):
         """Folded moments (..., P) -> the moments of the standardized feature rows."""
         return S * self.pair_weights if self.whitening is not None else S
@@ -351,67 +347,6 @@ class TokenStandardizer:
         if self.exponents.any():
             Z = _ldexp(Z, self.exponents)
         return _check_finite(Z, "The sequence on the data's own units")
-
-    # ------------------------------------------------------------ ridge penalty
-
-    def _penalty_root(self):
-        """``(R, T, g)`` with ``K = 2**(3 g) (R kron T^T)``, R and T scaled by 2**-g.
-
-        ``K`` maps user feature rows to standardized ones (``h_std = K h``):
-        ``T = diag(2**-e) W`` and R maps folded second moments,
-        ``fold(S) -> fold(T^T S T)``.
-        """
-        d = self.d
-        e = self.exponents
-        W = np.eye(d) if self.whitening is None else self.whitening
-        # T = diag(2**-e) W in two parts: a common exponent g and the rest.
-        g = int(np.max(-e)) if d else 0
-        rel = -e - g  # <= 0
-        if rel.min(initial=0) < -160:
-            raise ValueError(
-                "alpha > 0 penalizes the coefficients in the units of X, but the "
-                "coordinates of X differ in scale by more than 2**160 (about 1e48): the "
-                "penalty cannot be represented in float64. Rescale the coordinates of X "
-                "to comparable units, or fit with alpha=0 (which does not depend on units)."
-            )
-        T = np.ldexp(W, rel[:, None])  # = 2**-g diag(2**-e) W
-        return pair_map(T), T, g
-
-    def penalty_factors(self):
-        """Kronecker factors of the ridge penalty in standardized coordinates.
-
-        A penalty ``alpha ||c||**2`` on the user's coefficients ``c = K^T c_std``
-        (``h_std = K h`` for feature rows) is ``alpha c_std^T (K K^T) c_std``,
-        and ``K = R kron T^T`` (:meth:`_penalty_root`).  Returns ``(A, B,
-        shift)`` with ``K K^T = 2**shift * (A kron B)``, A of shape (P, P) and
-        B of shape (d, d), both scaled to a largest entry near 1.
-
-        Raises
-        ------
-        ValueError
-            When the coordinates' scales differ so much that the factors
-            cannot be represented (more than about 1e48 between coordinates).
-        """
-        R, T, g = self._penalty_root()
-        R = R * self.scale_moments(np.ones(R.shape[0]))[:, None]
-        A = R @ R.T
-        B = T.T @ T
-        sa, sb = _exponent(np.abs(A).max()), _exponent(np.abs(B).max())
-        A, B = np.ldexp(A, -sa), np.ldexp(B, -sb)
-        return A, B, int(6 * g + sa + sb)
-
-    def penalty_rows(self, alpha):
-        """Rows F with ``F^T F = alpha K K^T``: ``sqrt(alpha) K^T``, dense (psi, psi)."""
-        R, T, g = self._penalty_root()
-        R = R * self.scale_moments(np.ones(R.shape[0]))[:, None]
-        m, ex = np.frexp(np.sqrt(alpha))
-        return np.ldexp(np.kron(R.T, T) * m, int(ex) + 3 * g)
-
-    def penalty_scalar(self):
-        """k with ``K K^T = 2**k I`` when the map is one power of two, else None."""
-        if self.whitening is not None or (self.d and np.any(self.exponents != self.exponents[0])):
-            return None
-        return int(-6 * self.exponents[0]) if self.d else 0
 
 
 def _column_abs_max(A):

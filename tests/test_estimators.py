@@ -191,14 +191,19 @@ def test_predict_matches_coefficients(readout):
 
 
 def test_ridge_matches_sklearn_ridge_on_features():
+    # alpha is unit-free: Ridge on the features of the standardized tokens with
+    # alpha times the mean eigenvalue of their second moment, times N.
     rng = np.random.default_rng(7)
     X = rng.normal(size=(30, 5, 3))  # fewer samples than the 18 features squared
     y = rng.normal(size=(30, 2))
-    H = LinearAttentionFeatures().fit_transform(X)
     for solver in ["eigh", "svd"]:
         model = LinearAttentionRegressor(alpha=0.5, solver=solver).fit(X, y)
-        ref = Ridge(alpha=0.5, fit_intercept=False, solver="svd").fit(H, y)
-        np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
+        st = model.standardization_
+        H = st.scale_features(LinearAttentionFeatures().fit_transform(st.transform(X)))
+        ridge = 0.5 * np.trace(H.T @ H) / H.shape[1]
+        ref = Ridge(alpha=ridge, fit_intercept=False, solver="svd").fit(H, y)
+        np.testing.assert_allclose(model.coef_, st.coef_to_user(ref.coef_, targets=False),
+                                   rtol=1e-8, atol=1e-10)
 
 
 def test_minimum_norm_solution_when_rank_deficient():

@@ -259,20 +259,23 @@ def test_float16_is_judged_by_its_own_precision():
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
-def test_ridge_penalizes_the_coefficients_in_the_data_units(solver):
-    # alpha ||coef_||**2 as scikit-learn's Ridge on the features, whatever the
-    # (whitened, scaled) coordinates the solver works in.
-    from sklearn.linear_model import Ridge
-
-    from sklearn_linattn import LinearAttentionFeatures
-
+def test_ridge_is_unit_free(solver):
+    """alpha means the same whatever the units: X, c * X, units per coordinate and
+    a linear map give the same predictions for every alpha (it penalises the
+    standardized coefficients relative to the mean eigenvalue of Lambda_D)."""
     rng = np.random.default_rng(13)
     A = np.array([[3.0, 0.5, 0.0], [0.0, 0.2, 0.1], [0.4, 0.0, 1.5]])
     X = rng.normal(size=(70, 5, 3)) @ A
     y = rng.normal(size=70)
-    H = LinearAttentionFeatures().fit_transform(X)
+    X_new = rng.normal(size=(20, 8, 3)) @ A
+    units = np.array([1e30, 1e-20, 7.0])
+    M = _map(rng, 3, 1e3)
     for alpha in (1e-2, 10.0):
-        expected = Ridge(alpha=alpha, fit_intercept=False, solver="svd").fit(H, y).coef_
-        model = _fit(solver, X, y, alpha=alpha)
-        np.testing.assert_allclose(model.coef_[0], expected, rtol=1e-7,
-                                   atol=1e-9 * np.abs(expected).max())
+        base = _fit(solver, X, y, alpha=alpha).predict(X_new)
+        assert _rel(_fit(solver, X * 1e40, y * 1e-7, alpha=alpha).predict(X_new * 1e40),
+                    base * 1e-7) <= 1e-9
+        assert _rel(_fit(solver, X * units, y, alpha=alpha).predict(X_new * units),
+                    base) <= 1e-9
+        assert _rel(_fit(solver, X @ M, y, alpha=alpha).predict(X_new @ M), base) <= 1e-8
+        # The penalty is felt: far from the least-squares fit at alpha = 10.
+        assert alpha < 1 or _rel(base, _fit(solver, X, y).predict(X_new)) > 0.1

@@ -1,9 +1,10 @@
 """Every solver against the loop reference fit: coefficients, spectrum, certificate.
 
 The reference is least squares on the features of tests/reference.py (plain
-Python loops): ``numpy.linalg.lstsq`` (minimum norm) for ``alpha = 0`` and the
-ridge normal equations for ``alpha > 0``, with weights applied as
-``sqrt(w)`` row scaling.
+Python loops): ``numpy.linalg.lstsq`` (minimum norm) for ``alpha = 0`` and, for
+``alpha > 0``, the ridge normal equations of the features of the standardized
+tokens with the unit-free penalty ``alpha * trace(G) / psi``, with weights
+applied as ``sqrt(w)`` row scaling.
 """
 
 import warnings
@@ -25,7 +26,7 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._features import features_matvec, features_rmatvec, row_factors
 from sklearn_linattn._memory import default_memory_budget
-from sklearn_linattn._standardize import TokenStandardizer
+from sklearn_linattn._standardize import TokenStandardizer, standardizer_for
 from sklearn_linattn._solvers import (
     SOLVERS,
     Design,
@@ -67,17 +68,31 @@ def _reference_rows(X, lengths, y, readout, sample_weight=None):
     return Phi, Y, w
 
 
-def _reference_fit(X, lengths, y, readout, alpha=0.0, sample_weight=None):
+def _weighted(Phi, Y, w):
+    if w is None:
+        return Phi, Y
+    keep = w > 0
+    Phi, Y, w = Phi[keep], Y[keep], w[keep]
+    return Phi * np.sqrt(w)[:, None], Y * np.sqrt(w)[:, None]
+
+
+def _reference_fit(X, lengths, y, readout, alpha=0.0, sample_weight=None, standardizer=None):
+    """Reference coefficients in the data's units and the (unweighted) reference design.
+
+    ``alpha > 0`` needs the fit's ``standardizer``: the unit-free penalty is
+    ``alpha * trace(G) / psi`` on the coefficients of the standardized
+    features (their symmetric embedding), mapped back to the data's units.
+    """
     Phi, Y, w = _reference_rows(X, lengths, y, readout, sample_weight)
-    if w is not None:
-        keep = w > 0
-        Phi, Y, w = Phi[keep], Y[keep], w[keep]
-        Phi, Y = Phi * np.sqrt(w)[:, None], Y * np.sqrt(w)[:, None]
     if alpha == 0:
-        coef = np.linalg.lstsq(Phi, Y, rcond=None)[0]
-    else:
-        coef = np.linalg.solve(Phi.T @ Phi + alpha * np.eye(Phi.shape[1]), Phi.T @ Y)
-    return coef.T, Phi
+        coef = np.linalg.lstsq(*_weighted(Phi, Y, w), rcond=None)[0]
+        return coef.T, Phi
+    st = standardizer
+    Phi_s, _, _ = _reference_rows(st.transform(X), lengths, y, readout, sample_weight)
+    A, B = _weighted(st.scale_features(Phi_s), Y, w)
+    G = A.T @ A
+    coef_s = np.linalg.solve(G + alpha * np.trace(G) / G.shape[0] * np.eye(G.shape[0]), A.T @ B)
+    return st.coef_to_user(coef_s.T, targets=False), Phi
 
 
 def _fit(solver, X, y, **params):
@@ -118,8 +133,9 @@ def test_every_solver_matches_the_reference(solver, readout, alpha, shape):
     d = 4  # psi = 40
     n_samples = 70 if shape == "tall" else (25 if readout == "last" else 5)
     X, lengths, y = _data(rng, n_samples, 6, d, readout=readout, d_out=2)
-    ref, Phi = _reference_fit(X, lengths, y, readout, alpha)
     model = _fit(solver, X, y, readout=readout, alpha=alpha)
+    ref, Phi = _reference_fit(X, lengths, y, readout, alpha,
+                              standardizer=model.standardization_)
     assert model.solver_ == ("eigh" if solver == "cholesky" and shape == "wide" else solver)
     rank = np.linalg.matrix_rank(Phi)
     assert model.feature_rank_ == rank or (model.certificate_.rank_is_bound
@@ -192,17 +208,23 @@ def test_every_solver_reproduces_realizable_targets(data, solver):
 
 
 def test_ridge_with_weights_matches_sklearn_ridge():
+    """alpha is unit-free: scikit-learn's Ridge on the standardized features, its
+    alpha scaled by the mean eigenvalue of their weighted second moment."""
     rng = np.random.default_rng(1)
     X, lengths, y = _data(rng, 60, 5, 3, d_out=2)
     w = rng.uniform(0, 3, size=60)
     w[:5] = 0.0
-    H = ref_features(X, lengths)
-    expected = Ridge(alpha=0.7, fit_intercept=False, solver="svd").fit(H, y, sample_weight=w)
     for solver in ALL:
         kwargs = CG if solver == "cg" else {}
         model = LinearAttentionRegressor(solver=solver, alpha=0.7, **kwargs)
         model.fit(X, y, sample_weight=w)
-        np.testing.assert_allclose(model.coef_, expected.coef_, rtol=1e-8, atol=1e-10)
+        st = model.standardization_
+        H = st.scale_features(ref_features(st.transform(X), lengths))
+        mean_eigenvalue = np.trace((H * w[:, None]).T @ H) / w.sum() / H.shape[1]
+        expected = Ridge(alpha=0.7 * mean_eigenvalue * w.sum(), fit_intercept=False,
+                         solver="svd").fit(H, y, sample_weight=w)
+        np.testing.assert_allclose(model.coef_, st.coef_to_user(expected.coef_, targets=False),
+                                   rtol=1e-8, atol=1e-10)
 
 
 # --------------------------------------------------------------------------
@@ -314,10 +336,11 @@ def test_solve_statistics_equals_solve():
     rng = np.random.default_rng(6)
     X, lengths, y = _data(rng, 200, 6, 5)  # psi = 75: "auto" -> cholesky
     Xz = np.where(np.isnan(X), 0.0, X)
-    stats = SufficientStatistics(5, 1).update(Xz, lengths, y)
+    st = standardizer_for(Xz, lengths, y)  # alpha penalises standardized coefficients
+    stats = SufficientStatistics(5, 1, standardizer=st).update(Xz, lengths, y)
     for solver in ["eigh", "cholesky", "auto"]:
         a = solve_statistics(stats, 0.1, solver)
-        b = solve_arrays(Xz, lengths, y, alpha=0.1, solver="svd")
+        b = solve_arrays(Xz, lengths, y, alpha=0.1, solver="svd", standardizer=st)
         np.testing.assert_allclose(a.coef, b.coef, rtol=1e-9)
         assert a.method == ("cholesky" if solver != "eigh" else "eigh")
 

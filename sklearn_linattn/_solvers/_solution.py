@@ -8,8 +8,8 @@ import scipy.linalg
 from .._spectrum import eigenvalue_tolerance
 from .._standardize import TokenStandardizer, _exponent
 
-__all__ = ["SpectralSolution", "coef_from_spectrum", "dense_solution", "penalized_solve",
-           "ridge_coef", "zero_design_solution"]
+__all__ = ["SpectralSolution", "coef_from_gram", "coef_from_spectrum", "dense_solution",
+           "ridge_penalty", "zero_design_solution"]
 
 
 @dataclass
@@ -117,7 +117,7 @@ def coef_from_spectrum(w, U, moment, alpha, tol):
 
     ``U`` holds the eigenvectors of the first ``U.shape[1]`` eigenvalues; the
     moment lies in their span (the row space of the design), so the missing
-    ones do not matter.  ``alpha`` is a multiple of the identity.
+    ones do not matter.  ``alpha`` is the ridge added to every eigenvalue.
     """
     if moment is None:
         return None
@@ -130,64 +130,53 @@ def coef_from_spectrum(w, U, moment, alpha, tol):
     return (U @ (inv[:, None] * proj)).T
 
 
-def penalized_solve(G, moment, alpha, standardizer):
-    """Ridge coefficients ``(G + alpha K K^T)^{-1} moment`` in standardized coordinates.
+def ridge_penalty(alpha, trace, n_features):
+    """The multiple of the identity that the unit-free ``alpha`` adds to ``G = Phi^T W Phi``.
 
-    ``alpha ||c||**2`` on the user's coefficients is the penalty
-    ``alpha K K^T`` on the standardized ones (:meth:`TokenStandardizer.penalty_factors`).
-    The system is scaled by a power of two and equilibrated by its diagonal
-    (exact for units per coordinate) before a Cholesky factorisation.
+    ``alpha`` penalises the coefficients of the standardized features scaled to
+    unit mean second moment: the fit minimises ``(1/W) sum_r w_r ||y_r - c h_r||**2
+    + alpha (tr Lambda_D / psi) ||c||**2`` (``Lambda_D = G / W``), whose normal
+    equations are ``(G + alpha tr(G) / psi I) c = Phi^T W y``.  The shrinkage of
+    an eigendirection of eigenvalue mu is ``mu / (mu + alpha * mean(mu))``:
+    ``alpha = 1e-3`` leaves alone what carries more than a thousandth of an
+    average direction's energy, whatever the units of X.  Capped below the
+    largest float64 so that a huge alpha gives coefficients near zero, not NaN.
     """
-    A, B, shift = standardizer.penalty_factors()
-    scale = max(float(np.abs(G).max(initial=0.0)), np.finfo(np.float64).tiny)
-    m = int(_exponent(scale))
-    lp = shift + int(_exponent(alpha))
-    top = max(m, lp)
-    Ms = np.ldexp(G, -top)
-    Ms += np.ldexp(np.kron(A, B), shift - top) * alpha
-    b = np.ldexp(moment, -top)
-    diag = np.sqrt(np.clip(np.diagonal(Ms), np.finfo(np.float64).tiny, None))
-    Ms /= diag[:, None]  # in place: one psi x psi array beside G
-    Ms /= diag[None, :]
+    if not alpha or not trace > 0:
+        return 0.0
+    return float(min(float(alpha) * (float(trace) / n_features),
+                     np.finfo(np.float64).max / 8))
+
+
+def coef_from_gram(G, moment, ridge):
+    """Ridge coefficients ``(G + ridge I)^{-1} moment`` (ridge > 0), transposed.
+
+    Cholesky of the system scaled by a power of two; eigh if rounding makes it
+    indefinite (a ridge far below the rounding of G).
+    """
+    top = max(float(np.abs(G).max(initial=0.0)), ridge, np.finfo(np.float64).tiny)
+    m = int(_exponent(top))
+    M = np.ldexp(G, -m)
+    M[np.diag_indices_from(M)] += np.ldexp(ridge, -m)
+    b = np.ldexp(moment, -m)
     try:
-        c, low = scipy.linalg.cho_factor(Ms, lower=True, check_finite=False)
-        z = scipy.linalg.cho_solve((c, low), b / diag[:, None], check_finite=False)
+        c, low = scipy.linalg.cho_factor(M, lower=True, overwrite_a=True, check_finite=False)
+        return scipy.linalg.cho_solve((c, low), b, check_finite=False).T
     except np.linalg.LinAlgError:
-        w, U = scipy.linalg.eigh(Ms, check_finite=False)
+        w, U = scipy.linalg.eigh(np.ldexp(G, -m), check_finite=False)
+        w = w + np.ldexp(ridge, -m)
         keep = w > eigenvalue_tolerance(w.max(), w.size)
-        z = (U[:, keep] / w[keep]) @ (U[:, keep].T @ (b / diag[:, None]))
-    return (z / diag[:, None]).T
+        return ((U[:, keep] / w[keep]) @ (U[:, keep].T @ b)).T
 
 
-def ridge_coef(w, U, moment, alpha, tol, standardizer, gram=None):
-    """Coefficients for eigenvalues w and eigenvectors U of G (standardized).
-
-    ``alpha`` penalises the user's coefficients; it is a multiple of the
-    identity in standardized coordinates only for a pure power-of-two
-    scaling, otherwise ``gram`` (or ``U diag(w) U^T``) is solved with the
-    penalty by :func:`penalized_solve`.
-    """
-    if moment is None:
-        return None
-    if alpha == 0:
-        return coef_from_spectrum(w, U, moment, 0.0, tol)
-    alpha_s = standardizer.alpha(alpha)
-    scalar = standardizer.penalty_scalar()
-    if scalar is not None:
-        return coef_from_spectrum(w, U, moment, float(np.ldexp(alpha_s, scalar)), tol)
-    if gram is None:
-        k = U.shape[1]
-        gram = (U * w[:k]) @ U.T
-    return penalized_solve(gram, moment, alpha_s, standardizer)
-
-
-def dense_solution(w, U, moment, alpha, dtype, method, standardizer, gram=None):
+def dense_solution(w, U, moment, alpha, dtype, method, standardizer):
     """SpectralSolution from eigenvalues w (length psi, decreasing) and eigenvectors U."""
     psi = w.shape[0]
     tol = eigenvalue_tolerance(w[0] if psi else 0.0, psi, dtype)
+    ridge = ridge_penalty(alpha, w.sum(), psi)
     return SpectralSolution(
         coef=None,
-        standardized_coef=ridge_coef(w, U, moment, alpha, tol, standardizer, gram),
+        standardized_coef=coef_from_spectrum(w, U, moment, ridge, tol),
         standardizer=standardizer,
         tol=tol,
         lambda_max=float(w[0]),

@@ -11,7 +11,7 @@ from .._features import features_matvec, features_rmatvec, n_attention_features
 from .._memory import iter_sample_chunks, n_pairs, resolve_budget, sample_values
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._rows import chunk_rows, count_rows
-from ._solution import SpectralSolution, zero_design_solution
+from ._solution import SpectralSolution, ridge_penalty, zero_design_solution
 
 __all__ = ["solve_cg", "solve_implicit"]
 
@@ -141,32 +141,22 @@ class _ImplicitGram:
 
 
 class _KroneckerPreconditioner:
-    """Inverse of ``(A kron B) / W + alpha (A_P kron B_P)``, an approximation of ``G + alpha P``.
+    """Inverse of ``(A kron B) / W + alpha I``, an approximation of ``G + alpha I``.
 
     ``A = S^T W S`` (P x P) and ``B = x^T W x`` (d x d) are the second
     moments of the two factors of the rows ``kron(S_r, x_r)``; if they were
-    independent, ``E[h h^T] = E[S S^T] kron E[x x^T]``.  The ridge penalty
-    ``alpha P`` is ``alpha I`` (``penalty=None``) or the Kronecker product
-    ``2**shift (A_P kron B_P)`` of :meth:`TokenStandardizer.penalty_factors`;
-    either way the generalized eigenvectors of ``(A, A_P)`` and ``(B, B_P)``
-    diagonalise both terms, so applying the inverse costs O(P^2 d + P d^2)
-    per vector.  ``range(G)`` lies in ``range(A) kron range(B)``: the
+    independent, ``E[h h^T] = E[S S^T] kron E[x x^T]``.  The eigenvectors of
+    A and B diagonalise both terms, so applying the inverse costs
+    O(P^2 d + P d^2) per vector.  ``range(G)`` lies in ``range(A) kron range(B)``: the
     positive-semidefinite version (``definite=False``, alpha = 0) inverts
     there and is zero elsewhere, so that iterates never leave the span of
     the data.
     """
 
-    def __init__(self, A, B, weight_sum, alpha, dtype, penalty=None):
+    def __init__(self, A, B, weight_sum, alpha, dtype):
         self.P, self.d = A.shape[0], B.shape[0]
-        self.orthogonal = penalty is None
-        if penalty is None:
-            wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
-            wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
-        else:
-            PA, PB, shift = penalty
-            wa, self.Ua = scipy.linalg.eigh(A, PA, check_finite=False)
-            wb, self.Ub = scipy.linalg.eigh(B, PB, check_finite=False)
-            alpha = float(np.ldexp(alpha, shift))
+        wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
+        wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
         wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
         keep = (wa > eigenvalue_tolerance(wa.max(), self.P, dtype))[:, None] & (
             wb > eigenvalue_tolerance(wb.max(), self.d, dtype)
@@ -189,8 +179,6 @@ class _KroneckerPreconditioner:
 
     def multiply(self, R):
         """``M R`` for the definite M whose inverse is ``apply(R, definite=True)``."""
-        if not self.orthogonal:
-            raise ValueError("multiply needs the preconditioner of G alone (penalty=None).")
         return self._diagonal_product(R, 1.0 / self.inv_definite)
 
     def _diagonal_product(self, R, diagonal):
@@ -202,18 +190,6 @@ class _KroneckerPreconditioner:
         Z = self.Ua.T @ R3 @ self.Ub
         Z *= diagonal
         return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
-
-
-def _kronecker_product(factors, alpha):
-    """``alpha 2**shift (A kron B) V`` for V of shape (psi, k), factors ``(A, B, shift)``."""
-    A, B, shift = factors
-    P, d = A.shape[0], B.shape[0]
-
-    def product(V):
-        k = V.shape[1]
-        V3 = V.T.reshape(k, P, d)
-        return np.ldexp(A @ V3 @ B, shift).reshape(k, -1).T * alpha
-    return product
 
 
 def _cg_cache_dtype(n_rows, d, memory_budget=None):
@@ -289,20 +265,11 @@ def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
     if has_targets:
         max_iter = _CG_MAX_ITER if max_iter is None else int(max_iter)
         fit_precond, penalty = precond, None
-        alpha_s = standardizer.alpha(alpha)
-        if alpha_s > 0:
-            scalar = standardizer.penalty_scalar()
-            if scalar is not None:
-                a = float(np.ldexp(alpha_s, scalar))
-                fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
-                                                       setup["weight_sum"], a, dtype)
-                penalty = lambda V: a * V  # noqa: E731
-            else:
-                factors = standardizer.penalty_factors()
-                fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
-                                                       setup["weight_sum"], alpha_s, dtype,
-                                                       penalty=factors)
-                penalty = _kronecker_product(factors, alpha_s)
+        ridge = ridge_penalty(alpha, setup["trace"], op.psi)
+        if ridge > 0:
+            fit_precond = _KroneckerPreconditioner(setup["A"], setup["B"],
+                                                   setup["weight_sum"], ridge, dtype)
+            penalty = lambda V: ridge * V  # noqa: E731
         fit = dict(rhs=setup["b"].T, precond=fit_precond.apply, penalty=penalty, tol=tol,
                    max_iter=max_iter)
     # The fit's CG and the certificate's probes share every pass over the data.

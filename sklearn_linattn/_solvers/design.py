@@ -5,7 +5,7 @@ import scipy.linalg
 
 from .._features import _outer_features, features_rmatvec, n_attention_features
 from .._spectrum import descending_eigh, eigenvalue_tolerance
-from ._solution import SpectralSolution, dense_solution
+from ._solution import SpectralSolution, dense_solution, ridge_penalty
 
 __all__ = ["solve_dual", "solve_svd"]
 
@@ -44,11 +44,6 @@ def solve_dual(design, alpha=0.0, options=None):
     ``Phi^T W^{1/2} (K + alpha I)^+ W^{1/2} y`` (the pseudo-inverse keeps mu
     above the zero-eigenvalue tolerance, giving the minimum-norm solution).
     Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
-
-    With ``alpha > 0`` the penalty is on the user's coefficients, i.e.
-    ``alpha K K^T`` on the standardized ones; unless that is a multiple of
-    the identity the ridge solution uses the kernel of the user's metric,
-    ``Phi (K K^T)^{-1} Phi^T``, which factorises like K (:func:`_dual_ridge`).
     """
     psi = n_attention_features(design.X.shape[2])
     standardizer = design.standardizer
@@ -69,13 +64,8 @@ def solve_dual(design, alpha=0.0, options=None):
     Ur = U[:, :r] if sw is None else U[:, :r] * sw[:, None]
     V = features_rmatvec(S, x, Ur).T / np.sqrt(mu[:r])  # (psi, r) eigenvectors
     coef = None
-    scalar = standardizer.penalty_scalar()
-    alpha = standardizer.alpha(alpha)
-    if Yr is not None and alpha > 0 and scalar is None:
-        coef = _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol)
-    elif Yr is not None:
-        if alpha > 0:
-            alpha = float(np.ldexp(alpha, scalar))
+    if Yr is not None:
+        alpha = ridge_penalty(alpha, eig.sum(), psi)
         Yw = Yr if sw is None else Yr * sw[:, None]
         proj = U.T @ Yw
         # Pseudo-inverse as in the primal solvers: eigenvalues above tol for
@@ -100,41 +90,3 @@ def solve_dual(design, alpha=0.0, options=None):
         trace=float(eig.sum()),
         rank=r,
     )
-
-
-def _dual_ridge(S, x, sw, Yr, alpha, standardizer, tol):
-    """Ridge coefficients (standardized) from the kernel of the user's metric.
-
-    With ``K K^T = 2**shift (A kron B)`` (:meth:`TokenStandardizer.penalty_factors`)
-    and Cholesky factors ``A = La La^T``, ``B = Lb Lb^T``, the rows
-    ``kron(La^{-1} S_r, Lb^{-1} x_r)`` have the user's inner products (up to
-    ``2**-shift``); ridge on them with ``alpha 2**shift`` and the map back
-    ``c = (A^{-1} kron B^{-1}) Phi^T a`` give ``(G + alpha K K^T)^{-1} Phi^T y``.
-    """
-    A, B, shift = standardizer.penalty_factors()
-    La = scipy.linalg.cholesky(A, lower=True, check_finite=False)
-    Lb = scipy.linalg.cholesky(B, lower=True, check_finite=False)
-    St = scipy.linalg.solve_triangular(La, S.T, lower=True, check_finite=False).T
-    xt = scipy.linalg.solve_triangular(Lb, x.T, lower=True, check_finite=False).T
-    K = (St @ St.T) * (xt @ xt.T)
-    if sw is not None:
-        K *= sw[:, None] * sw[None, :]
-    mu, U = scipy.linalg.eigh(K, driver="evr", overwrite_a=True, check_finite=False)
-    mu = np.clip(mu, 0.0, None)
-    a_shift = float(np.ldexp(alpha, shift))
-    denom = mu + a_shift
-    keep = denom > (eigenvalue_tolerance(mu.max(initial=0.0), mu.size) if a_shift == 0 else 0)
-    # K has rank <= psi: with more rows than features its other eigenvalues are
-    # rounding, whose eigenvectors carry the residual; 1 / (mu + alpha) would
-    # amplify their rounding-level image Phi^T u into the coefficients.
-    keep[: max(0, mu.size - S.shape[1] * x.shape[1])] = False
-    Yw = Yr if sw is None else Yr * sw[:, None]
-    inv = np.zeros_like(mu)
-    inv[keep] = 1.0 / denom[keep]
-    a = U @ (inv[:, None] * (U.T @ Yw))
-    if sw is not None:
-        a = a * sw[:, None]
-    # (A^{-1} kron B^{-1}) Phi^T a, with rows kron(A^{-1} S_r, B^{-1} x_r).
-    SA = scipy.linalg.solve_triangular(La, St.T, lower=True, trans=1, check_finite=False).T
-    xB = scipy.linalg.solve_triangular(Lb, xt.T, lower=True, trans=1, check_finite=False).T
-    return features_rmatvec(SA, xB, a)

@@ -11,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._features import n_attention_features, sparse_feature_rows, sparse_target_rows
 from .._memory import DENSE_ARRAYS, default_memory_budget, resolve_budget, single_blas_thread
 from .._spectrum import descending_eigh, eigenvalue_tolerance, sparse_largest_eigenvalue
-from ._solution import SpectralSolution
+from ._solution import SpectralSolution, ridge_penalty
 
 __all__ = ["solve_lsmr"]
 
@@ -71,14 +71,12 @@ def solve_lsmr(design, alpha=0.0, options=None):
     if Yr is not None:
         max_iter = 10 * max(m, 1) if max_iter is None else int(max_iter)
         coef = np.zeros((Yr.shape[1], psi))
-        A, damp = _penalized_rows(A, active, standardizer, standardizer.alpha(alpha))
+        damp = float(np.sqrt(ridge_penalty(alpha, trace, psi)))
         worst = None
         for a in range(Yr.shape[1]):
             b = Yr[:, a]
             if m == 0 or not np.any(b):
                 continue
-            if A.shape[0] > Yr.shape[0]:
-                b = np.concatenate([b, np.zeros(A.shape[0] - Yr.shape[0])])
             # LSMR's vector operations are level-1 BLAS: threads only add
             # synchronisation (on a busy machine, spinning threads made the
             # iterations 3-4 times slower).
@@ -91,7 +89,6 @@ def solve_lsmr(design, alpha=0.0, options=None):
             if istop == 7:
                 rel = normar / max(normA * normr, np.finfo(np.float64).tiny)
                 worst = rel if worst is None else max(worst, rel)
-        A = A[: Yr.shape[0]]
         if worst is not None:
             warnings.warn(
                 f"solver='lsmr' stopped after max_iter={max_iter} iterations with a relative "
@@ -144,29 +141,6 @@ def solve_lsmr(design, alpha=0.0, options=None):
         n_iter=n_iter,
         active_columns=active,
     )
-
-
-def _penalized_rows(A, active, standardizer, alpha):
-    """Rows and LSMR damping for the ridge penalty ``alpha ||c||**2`` on the user's coefficients.
-
-    A multiple of the identity in standardized coordinates is LSMR's own
-    ``damp``; a diagonal penalty (power-of-two scales per coordinate) is
-    appended as the rows ``sqrt(alpha p_j) e_j`` of the active columns.
-    """
-    if alpha <= 0:
-        return A, 0.0
-    scalar = standardizer.penalty_scalar()
-    if scalar is not None:
-        return A, float(np.sqrt(np.ldexp(alpha, scalar)))
-    if standardizer.whitened:
-        # Dense data (whitened): the penalty rows are a dense block.
-        F = standardizer.penalty_rows(alpha)[:, active]
-        extra = scipy.sparse.csr_matrix(F)
-    else:
-        PA, PB, shift = standardizer.penalty_factors()
-        p = np.ldexp(np.kron(np.diagonal(PA), np.diagonal(PB)), shift)[active] * alpha
-        extra = scipy.sparse.diags(np.sqrt(p), shape=(active.size, active.size), format="csr")
-    return scipy.sparse.vstack([A, extra], format="csr"), 0.0
 
 
 def _active_spectrum(A, psi, dtype):

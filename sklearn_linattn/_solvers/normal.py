@@ -10,7 +10,7 @@ from .._spectrum import (
     largest_eigenvalue,
     smallest_eigenvalue_from_cholesky,
 )
-from ._solution import SpectralSolution, dense_solution, penalized_solve
+from ._solution import SpectralSolution, coef_from_gram, dense_solution, ridge_penalty
 
 __all__ = ["FULL_SPECTRUM_PSI", "solve_cholesky", "solve_eigh"]
 
@@ -37,12 +37,8 @@ def _check_statistics_finite(stats):
 def solve_eigh(stats, alpha=0.0):
     """Solve the normal equations through ``eigh(Phi^T W Phi)`` (full spectrum)."""
     _check_statistics_finite(stats)
-    G = stats.gram
-    keep = G.copy() if alpha and stats.moment is not None and (
-        stats.standardizer.penalty_scalar() is None) else None
-    w, U = descending_eigh(G, overwrite_a=True)
-    return dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh",
-                          stats.standardizer, gram=keep)
+    w, U = descending_eigh(stats.gram, overwrite_a=True)
+    return dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh", stats.standardizer)
 
 
 def _cholesky(G):
@@ -78,14 +74,8 @@ def solve_cholesky(stats, alpha=0.0):
         lam_max = largest_eigenvalue(G)
     tol = eigenvalue_tolerance(lam_max, psi, stats.dtype)
     trace = float(np.trace(G))
-    scalar = stats.standardizer.penalty_scalar()
-    penalized = alpha > 0 and stats.moment is not None
-    G_alpha = None
-    if penalized:
-        alpha_s = stats.standardizer.alpha(alpha)
-        G_alpha = G.copy()
-        if scalar is not None:
-            G_alpha[np.diag_indices(psi)] += float(np.ldexp(alpha_s, scalar))
+    ridge = ridge_penalty(alpha, trace, psi) if stats.moment is not None else 0.0
+    G_ridge = G.copy() if ridge else None
     L = _cholesky(G)  # overwrites G
     if L is None:
         return solve_eigh(stats, alpha)
@@ -98,13 +88,10 @@ def solve_cholesky(stats, alpha=0.0):
         return solve_eigh(stats, alpha)
     coef = None
     if stats.moment is not None:
-        if not penalized:
+        if not ridge:
             coef = scipy.linalg.cho_solve((L, True), stats.moment, check_finite=False).T
-        elif scalar is not None:
-            coef = scipy.linalg.cho_solve((_cholesky(G_alpha), True), stats.moment,
-                                          check_finite=False).T
         else:
-            coef = penalized_solve(G_alpha, stats.moment, alpha_s, stats.standardizer)
+            coef = coef_from_gram(G_ridge, stats.moment, ridge)
     return SpectralSolution(
         coef=None,
         standardized_coef=coef,
