@@ -13,10 +13,13 @@ which is the package's MHLA with ``V_h = W_o[:, block h] @ W_v[h]`` and
 (up to rounding), in both directions; none needs a deep-learning framework.
 """
 
+import math
 from collections import namedtuple
 
 import numpy as np
+import scipy.sparse
 
+from ._memory import resolve_budget
 from ._validation import as_real_array, check_number
 
 __all__ = [
@@ -33,6 +36,56 @@ __all__ = [
 Projections = namedtuple("Projections", ["W_q", "W_k", "W_v", "W_o"])
 
 
+def _bytes(n_bytes):
+    return (f"{n_bytes / 2**40:.3g} TiB" if n_bytes >= 2**40 else f"{n_bytes / 2**30:.3g} GiB")
+
+
+def _check_float64_size(n_values, what, memory_budget=None):
+    """Refuse ``n_values`` float64 values beyond the memory budget, before allocating them.
+
+    ``what`` words the array (its name and shape) in the message.
+    """
+    budget = resolve_budget(memory_budget)
+    if 8 * n_values > budget:
+        raise ValueError(
+            f"{what} would take {_bytes(8 * n_values)} as float64, more than the memory budget "
+            f"of {_bytes(budget)}{' (half the physical memory)' if memory_budget is None else ''}"
+            "; a broadcast or expanded view counts at its full size. Pass smaller weights."
+        )
+
+
+def _dense_weight(W, name, memory_budget=None):
+    """A weight as a finite float64 array, its kind and size checked before any conversion.
+
+    Sparse matrices, tensors without values (PyTorch's meta device) and
+    arrays whose float64 copy would not fit the memory budget are refused by
+    name; the rest is :func:`~sklearn_linattn._validation.as_real_array`.
+    """
+    if scipy.sparse.issparse(W):
+        raise TypeError(
+            f"{name} must be a dense array (or tensor); got a scipy.sparse {W.format} matrix of "
+            f"shape {W.shape}: pass {name}.toarray()."
+        )
+    if getattr(getattr(W, "device", None), "type", None) == "meta":
+        raise ValueError(
+            f"{name} is a tensor on the meta device: it has a shape, {tuple(W.shape)}, but no "
+            "values. Load the weights first (for a module built on the meta device: "
+            "module.to_empty(device='cpu'), then module.load_state_dict(...))."
+        )
+    if str(getattr(W, "layout", "torch.strided")) != "torch.strided":
+        raise TypeError(
+            f"{name} must be a dense tensor; got a tensor of layout {W.layout}: pass "
+            f"{name}.to_dense()."
+        )
+    try:
+        dims = tuple(int(n) for n in W.shape)
+    except (AttributeError, TypeError, ValueError):  # no shape yet: a list, a number
+        dims = None
+    if dims is not None:
+        _check_float64_size(math.prod(dims), f"{name} of shape {dims}", memory_budget)
+    return as_real_array(W, name, finite=True)
+
+
 def _check_ndim(a, name, ndims, expected):
     if a.ndim not in ndims:
         raise ValueError(f"{name} must have shape {expected}; got shape {a.shape}.")
@@ -40,7 +93,7 @@ def _check_ndim(a, name, ndims, expected):
 
 def _per_head(W, name, rows, n_heads):
     """A projection as (n_heads, rows, d): 3-D as given, 2-D fused (n_heads * rows, d) split."""
-    W = as_real_array(W, name, finite=True)
+    W = _dense_weight(W, name)
     _check_ndim(W, name, (2, 3), f"(n_heads, {rows}, d) or the fused (n_heads * {rows}, d)")
     if W.ndim == 3:
         if n_heads is not None and W.shape[0] != n_heads:
@@ -95,6 +148,22 @@ def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
     Q : ndarray of shape (n_heads, d, d)
         Key-query matrices, float64.
 
+    Raises
+    ------
+    TypeError
+        When a weight is not a dense array or tensor of numbers (a
+        scipy.sparse matrix, a sparse tensor, strings).
+    ValueError
+        When a weight is complex or not finite, is a tensor without values
+        (PyTorch's meta device), or the sizes do not fit together; when a weight's
+        float64 copy or the heads would exceed the memory budget (half the
+        physical memory), checked from the shapes before anything is
+        allocated (so a broadcast view of an absurd size is refused).
+
+    See Also
+    --------
+    sklearn_linattn.nn.from_torch : The same from a PyTorch layer, its weights found by name.
+
     Examples
     --------
     >>> import numpy as np
@@ -120,14 +189,19 @@ def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
         )
     d_v = W_v.shape[1]
     if W_o is None:
+        _check_float64_size((H * d_v) ** 2, f"the identity W_o of shape ({H * d_v}, {H * d_v})")
         W_o = np.eye(H * d_v)
     else:
-        W_o = as_real_array(W_o, "W_o", finite=True)
+        W_o = _dense_weight(W_o, "W_o")
         if W_o.ndim != 2 or W_o.shape[1] != H * d_v:
             raise ValueError(
                 f"W_o must have shape (d_out, n_heads * d_v) = (d_out, {H * d_v}); got shape "
                 f"{W_o.shape}."
             )
+    d_out = W_o.shape[0]
+    # The heads hold d x d numbers per head: d = 4096 and 32 heads are 4 GiB.
+    _check_float64_size(H * d * (d_out + d),
+                       f"the heads V of shape ({H}, {d_out}, {d}) and Q of shape ({H}, {d}, {d})")
     blocks = W_o.reshape(W_o.shape[0], H, d_v).transpose(1, 0, 2)  # (H, d_out, d_v)
     V = blocks @ W_v
     Q = scale * np.swapaxes(W_k, 1, 2) @ W_q

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.sparse
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -201,3 +202,36 @@ def test_scale_must_be_positive():
         heads_from_projections(W, W, W, scale=0.0)
     with pytest.raises(TypeError, match=r"scale must be a real number"):
         projections_from_heads(W, np.ones((1, 2, 2)), scale="1")
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda W: heads_from_projections(scipy.sparse.csr_matrix(W[0]), W[0], W[0], n_heads=1),
+     TypeError, r"W_q must be a dense array \(or tensor\); got a scipy.sparse csr matrix of "
+                r"shape \(2, 2\): pass W_q.toarray\(\)"),
+    (lambda W: heads_from_projections(W, W, W, scipy.sparse.coo_array(np.eye(2))),
+     TypeError, r"W_o must be a dense array .*coo matrix"),
+    # A view of 10**12 zeros holds one number; its float64 copy would not fit.
+    (lambda W: heads_from_projections(np.broadcast_to(np.zeros(1), (10**6, 10**6)), W[0],
+                                      W[0], n_heads=1),
+     ValueError, r"W_q of shape \(1000000, 1000000\) would take 7.28 TiB as float64, more "
+                 r"than the memory budget"),
+    (lambda W: heads_from_projections(*[np.broadcast_to(np.zeros(1), (1, 1, 10**6))] * 3),
+     ValueError, r"the heads V of shape \(1, 1, 1000000\) and Q of shape \(1, 1000000, "
+                 r"1000000\) would take 7.28 TiB"),
+    (lambda W: heads_from_projections(W, W, W, scale=np.ones(2)),
+     TypeError, r"scale must be a real number > 0.0; got array\(\[1., 1.\]\)"),
+])
+def test_inputs_that_cannot_be_read_are_refused_by_name(call, error, match):
+    with pytest.raises(error, match=match):
+        call(np.ones((1, 2, 2)))
+
+
+def test_a_tensor_without_values_is_refused_by_name():
+    torch = pytest.importorskip("torch")
+    W = torch.ones(1, 2, 2)
+    with pytest.raises(ValueError, match=r"W_k is a tensor on the meta device: it has a shape, "
+                                         r"\(1, 2, 2\), but no values"):
+        heads_from_projections(W, W.to("meta"), W)
+    with pytest.raises(TypeError, match=r"W_v must be a dense tensor; got a tensor of layout "
+                                        r"torch.sparse_coo: pass W_v.to_dense\(\)"):
+        heads_from_projections(W, W, W.to_sparse())

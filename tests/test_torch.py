@@ -230,7 +230,7 @@ def test_duck_typed_module_with_fused_weights():
                                expected, rtol=1e-10)
     with pytest.raises(ValueError, match=r"readout must be 'last' or 'all' when the module"):
         from_torch(module)
-    with pytest.raises(TypeError, match=r"SimpleNamespace has no W_o"):
+    with pytest.raises(TypeError, match=r"SimpleNamespace has W_q, W_k, W_v but no W_o"):
         from_torch(SimpleNamespace(W_q=W_q, W_k=W_k, W_v=W_v), readout="last")
 
 
@@ -348,3 +348,356 @@ def test_a_fit_with_intercept_and_skip_round_trips_through_torch(readout):
     report = compare_to_optimum(heads, X, y)
     assert report.certificate and report.relative_p_distance < 1e-8
     assert report.excess_risk < 1e-12 * np.mean(y**2)
+
+
+# -- Standard layers: q_proj, k_proj, v_proj, o_proj ---------------------------------------
+
+
+class ProjectedLinearAttention(torch.nn.Module):
+    """Causal linear attention written as real layers write it (flash-linear-attention's names).
+
+    ``o_t = o_proj(concat_h [scale sum_{s<=t} (q_t . k_s) v_s])`` with the heads' rows of
+    each ``nn.Linear`` weight in order; grouped keys and values serve query head h with
+    key-value head ``h // (num_heads // num_kv_heads)``.  The scale is ``self.scale`` if set,
+    else ``1 / sqrt(head_k_dim)`` as flash-linear-attention's kernels assume.
+    """
+
+    def __init__(self, d, num_heads, head_k_dim, head_v_dim, *, d_out=None, num_kv_heads=None,
+                 out_name="o_proj", out_bias=False, scale=None, qkv_bias=False):
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        kw = {"bias": qkv_bias, "dtype": torch.float64}
+        self.q_proj = torch.nn.Linear(d, num_heads * head_k_dim, **kw)
+        self.k_proj = torch.nn.Linear(d, self.num_kv_heads * head_k_dim, **kw)
+        self.v_proj = torch.nn.Linear(d, self.num_kv_heads * head_v_dim, **kw)
+        self.out_name = out_name
+        setattr(self, out_name, torch.nn.Linear(num_heads * head_v_dim, d_out or d,
+                                                bias=out_bias, dtype=torch.float64))
+        if scale is not None:
+            self.scale = scale
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        group = self.num_heads // self.num_kv_heads
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_k_dim)
+        k = self.k_proj(x).view(B, T, -1, self.head_k_dim).repeat_interleave(group, dim=2)
+        v = self.v_proj(x).view(B, T, -1, self.head_v_dim).repeat_interleave(group, dim=2)
+        scale = getattr(self, "scale", self.head_k_dim ** -0.5)
+        scores = scale * torch.einsum("bthk,bshk->bhts", q, k)
+        scores = scores * torch.ones(T, T, dtype=torch.bool).tril()
+        o = torch.einsum("bhts,bshv->bthv", scores, v).reshape(B, T, -1)
+        return getattr(self, self.out_name)(o)
+
+
+def layer_outputs_of_heads(x, heads):
+    """What the heads read back compute at every position, in NumPy (float64)."""
+    y = mhla_forward(x, heads.value_matrices, heads.key_query_matrices, readout="all")
+    return y if heads.intercept is None else y + heads.intercept
+
+
+def assert_same_outputs(got, expected, rtol=1e-12):
+    np.testing.assert_allclose(got, expected, rtol=0, atol=rtol * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("d, H, H_kv, d_k, d_v, d_out, out_name, out_bias, scale", [
+    (4, 2, None, 2, 3, None, "o_proj", False, None),    # d_k < d, scale 1/sqrt(d_k)
+    (3, 3, None, 5, 2, 2, "out_proj", True, 0.3),       # d_k > d, own scale, output bias
+    (4, 4, 2, 2, 2, 3, "o_proj", True, None),           # grouped keys and values
+    (2, 2, 1, 3, 1, 1, "o_proj", False, torch.tensor(0.7, dtype=torch.float64)),
+])
+def test_a_standard_layer_reads_back_to_what_it_computes(d, H, H_kv, d_k, d_v, d_out, out_name,
+                                                         out_bias, scale):
+    torch.manual_seed(H * 10 + d)
+    layer = ProjectedLinearAttention(d, H, d_k, d_v, d_out=d_out, num_kv_heads=H_kv,
+                                     out_name=out_name, out_bias=out_bias, scale=scale)
+    heads = from_torch(layer)
+    assert heads.readout == "all" and heads.skip_coef is None
+    assert heads.value_matrices.shape == (H, d_out or d, d)
+    assert (heads.intercept is not None) == out_bias
+    x = torch.randn(3, 7, d, dtype=torch.float64)
+    expected = layer(x).detach().numpy()
+    assert_same_outputs(layer_outputs_of_heads(x.numpy(), heads), expected)
+    # Read out at the last token, the same heads.
+    last = from_torch(layer, readout="last")
+    assert last.readout == "last"
+    np.testing.assert_array_equal(last.key_query_matrices, heads.key_query_matrices)
+
+
+def test_a_standard_layer_is_the_optimum_of_its_own_outputs():
+    torch.manual_seed(0)
+    layer = ProjectedLinearAttention(3, 2, 2, 2, d_out=1, out_bias=True)
+    X = torch.randn(200, 5, 3, dtype=torch.float64)
+    y = layer(X).detach().numpy()[..., 0]
+    report = compare_to_optimum(from_torch(layer), X.numpy(), y)
+    assert report.certificate and report.relative_p_distance < 1e-9
+    np.testing.assert_allclose(report.optimum.predict(X.numpy()), y, rtol=0,
+                               atol=1e-9 * np.abs(y).max())
+
+
+def test_head_dim_and_scale_attributes_of_other_libraries():
+    torch.manual_seed(1)
+    layer = ProjectedLinearAttention(4, 2, 3, 3, scale=0.25)
+    del layer.num_heads, layer.head_k_dim, layer.head_v_dim
+    layer.head_dim = 3                          # the number of heads follows: 6 rows / 3
+    layer.scaling, layer.scale = layer.scale, None   # Hugging Face's name; None is absent
+    heads = from_torch(layer)
+    layer.num_heads, layer.head_k_dim, layer.head_v_dim, layer.scale = 2, 3, 3, 0.25
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    assert_same_outputs(layer_outputs_of_heads(x.numpy(), heads), layer(x).detach().numpy())
+    layer.head_dim = 2
+    with pytest.raises(ValueError, match=r"module.head_dim = 2, but the projections have heads "
+                                         r"of size 3"):
+        from_torch(layer)
+
+
+def test_an_explicit_mapping_reads_any_layer():
+    torch.manual_seed(2)
+    inner = ProjectedLinearAttention(3, 2, 2, 3, d_out=2, out_bias=True)
+    block = torch.nn.Module()
+    block.attn = torch.nn.Module()
+    block.attn.wq, block.attn.wk, block.attn.wv = inner.q_proj, inner.k_proj, inner.v_proj
+    block.attn.out = inner.o_proj
+    block.attn.heads = 2
+    block.attn.temperature = torch.tensor(2 ** -0.5, dtype=torch.float64)
+    # A block around the layer may normalize; only the layer holding the projections counts.
+    block.norm = torch.nn.LayerNorm(3)
+    names = {"q": "attn.wq", "k": "attn.wk", "v": "attn.wv.weight", "o": "attn.out",
+             "n_heads": "attn.heads", "scale": "attn.temperature"}
+    heads = from_torch(block, names=names)
+    x = torch.randn(2, 6, 3, dtype=torch.float64)
+    assert_same_outputs(layer_outputs_of_heads(x.numpy(), heads), inner(x).detach().numpy())
+    # The numbers as keywords instead; no output projection.
+    heads = from_torch(block, names={"q": "attn.wq", "k": "attn.wk", "v": "attn.wv", "o": None},
+                       n_heads=2)
+    assert heads.value_matrices.shape == (2, 6, 3) and heads.intercept is None
+    np.testing.assert_allclose(heads.key_query_matrices[0], 2 ** -0.5 * (
+        numpy_of(inner.k_proj.weight[:2]).T @ numpy_of(inner.q_proj.weight[:2])), rtol=1e-14)
+
+
+def test_a_module_that_cannot_be_read_says_what_was_looked_for():
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wq = torch.nn.Linear(4, 4)
+
+    with pytest.raises(TypeError, match=r"cannot find the projections of Attention: it looked "
+                                        r"for the attributes W_q, W_k, W_v, W_o .* q_proj, "
+                                        r"k_proj, v_proj, o_proj or out_proj .*num_heads or "
+                                        r"n_heads.*names=\{'q'.*heads_from_projections"):
+        from_torch(Attention())
+    layer = ProjectedLinearAttention(4, 2, 2, 2)
+    del layer.o_proj
+    with pytest.raises(TypeError, match=r"has q_proj, k_proj, v_proj but no o_proj or out_proj"):
+        from_torch(layer)
+    layer = ProjectedLinearAttention(4, 2, 2, 2)
+    del layer.num_heads, layer.head_k_dim
+    with pytest.raises(ValueError, match=r"number of heads of ProjectedLinearAttention is unknown"
+                                         r".*num_heads, n_heads.*Pass n_heads="):
+        from_torch(layer)
+    layer.num_heads = 3
+    with pytest.raises(ValueError, match=r"module.q_proj.weight has 4 rows, not a multiple of "
+                                         r"module.num_heads = 3"):
+        from_torch(layer)
+
+
+@pytest.mark.parametrize("names, error, match", [
+    ({"q": "q_proj", "k": "k_proj", "v": "v_proj"}, ValueError,
+     r"keys 'q', 'k', 'v' and 'o'.*no 'o'"),
+    ({"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": None, "heads": "x"}, ValueError,
+     r"unknown keys 'heads'"),
+    ({"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": None, "n_heads": 2}, TypeError,
+     r"names\['n_heads'\] must be the name of an attribute.*pass the number itself as n_heads"),
+    ({"q": "wq", "k": "k_proj", "v": "v_proj", "o": None}, ValueError,
+     r"names\['q'\] = 'wq' is not an attribute of ProjectedLinearAttention"),
+    ({"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": None, "scale": "temp"}, ValueError,
+     r"names gives 'temp' for the factor of every score"),
+    (["q_proj"], TypeError, r"names must be None or a mapping"),
+])
+def test_a_malformed_mapping_is_refused_by_key(names, error, match):
+    with pytest.raises(error, match=match):
+        from_torch(ProjectedLinearAttention(4, 2, 2, 2), names=names)
+
+
+def test_a_bias_no_mhla_computes_is_refused_by_name():
+    torch.manual_seed(3)
+    layer = ProjectedLinearAttention(3, 1, 2, 2, qkv_bias=True)
+    with pytest.raises(ValueError, match=r"module.q_proj.bias must be zero or None"):
+        from_torch(layer)
+    with torch.no_grad():
+        layer.q_proj.bias.zero_()
+        layer.k_proj.bias.zero_()
+    with pytest.raises(ValueError, match=r"module.v_proj.bias must be zero or None"):
+        from_torch(layer)
+    with torch.no_grad():
+        layer.v_proj.bias.zero_()
+    x = torch.randn(2, 4, 3, dtype=torch.float64)
+    assert_same_outputs(layer_outputs_of_heads(x.numpy(), from_torch(layer)),
+                        layer(x).detach().numpy())
+
+
+@pytest.mark.parametrize("attr, value, what", [
+    ("feature_map_q", torch.nn.ReLU(), r"module.feature_map_q is ReLU: the layer applies a "
+                                       r"feature map on the queries"),
+    ("norm", torch.nn.LayerNorm(2), r"module.norm is LayerNorm: .*normalization"),
+    ("do_feature_map_norm", True, r"module.do_feature_map_norm is True"),
+    ("gk_proj", torch.nn.Linear(3, 2), r"module.gk_proj is Linear: the layer applies a gate"),
+])
+def test_a_layer_with_another_stage_is_refused(attr, value, what):
+    layer = ProjectedLinearAttention(3, 1, 2, 2)
+    setattr(layer, attr, value)
+    with pytest.raises(ValueError, match=what + r".*heads_from_projections"):
+        from_torch(layer)
+    setattr(layer, attr, torch.nn.Identity() if isinstance(value, torch.nn.Module) else False)
+    from_torch(layer)
+
+
+def test_a_gated_layer_of_flash_linear_attention_is_refused():
+    gated = type("GatedLinearAttention", (ProjectedLinearAttention,),
+                 {"__module__": "fla.layers.gla"})
+    with pytest.raises(ValueError, match=r"flash-linear-attention's GatedLinearAttention"):
+        from_torch(gated(3, 1, 2, 2))
+    plain = type("LinearAttention", (ProjectedLinearAttention,),
+                 {"__module__": "fla.layers.linear_attn"})
+    from_torch(plain(3, 1, 2, 2))
+
+
+def package_layout(**weights):
+    """A duck-typed object of MultiHeadLinearAttention's layout, the given weights replaced."""
+    base = {"W_q": torch.zeros(1, 2, 2), "W_k": torch.zeros(1, 2, 2),
+            "W_v": torch.zeros(1, 2, 2), "W_o": torch.zeros(2, 2), "scale": 0.5,
+            "readout": "all"}
+    return SimpleNamespace(**{**base, **weights})
+
+
+@pytest.mark.parametrize("module, error, match", [
+    (package_layout(W_q=torch.zeros(1, 2, 2, dtype=torch.complex64)), TypeError,
+     r"module.W_q must be a real tensor; got a complex tensor of dtype torch.complex64"),
+    (package_layout(W_k=torch.zeros(1, 2, 2, device="meta")), ValueError,
+     r"module.W_k is a tensor on the meta device: it has a shape, \(1, 2, 2\), but no values"),
+    (package_layout(W_v=torch.zeros(1).expand(10**6, 10**6)), ValueError,
+     r"module.W_v of shape \(1000000, 1000000\) would take 7.28 TiB as float64, more than "
+     r"the memory budget"),
+    (package_layout(W_o=torch.zeros(2, 2).to_sparse()), TypeError,
+     r"module.W_o must be a dense tensor; got a tensor of layout torch.sparse_coo"),
+    (package_layout(scale=torch.ones(2)), ValueError,
+     r"module.scale must be one number, the factor of every score; got a Tensor of shape \(2,\)"),
+    (package_layout(scale=torch.ones(1, device="meta")), ValueError,
+     r"module.scale is a tensor on the meta device"),
+    (package_layout(scale=-1.0), ValueError, r"module.scale must be a real number > 0.0"),
+    (package_layout(W_q=torch.full((1, 2, 2), math.inf)), ValueError,
+     r"module.W_q must be finite; got inf at module.W_q\[0, 0, 0\]"),
+    # Heads of d x d per head: d = 10**6 is 7.28 TiB, refused before the product.
+    (package_layout(W_q=torch.zeros(1, 1, 1).expand(1, 1, 10**6),
+                    W_k=torch.zeros(1, 1, 1).expand(1, 1, 10**6),
+                    W_v=torch.zeros(1, 1, 1).expand(1, 1, 10**6), W_o=None), ValueError,
+     r"the heads V of shape \(1, 1, 1000000\) and Q of shape \(1, 1000000, 1000000\) would take"),
+])
+def test_weights_that_cannot_be_read_are_refused_by_name(module, error, match):
+    with pytest.raises(error, match=match):
+        from_torch(module)
+
+
+def test_a_one_element_scale_and_any_real_dtype_are_read():
+    layer = MultiHeadLinearAttention(3, 2, dtype=torch.float64)
+    reference = from_torch(layer)
+    layer.scale = torch.tensor([layer.scale], dtype=torch.float64)
+    np.testing.assert_array_equal(from_torch(layer).key_query_matrices,
+                                  reference.key_query_matrices)
+    half = from_torch(layer.to(torch.bfloat16))
+    np.testing.assert_allclose(half.key_query_matrices, reference.key_query_matrices,
+                               rtol=0.05, atol=0.05 * np.abs(reference.key_query_matrices).max())
+    # The keyword overrides the layer's own.
+    np.testing.assert_allclose(from_torch(layer, scale=2 * float(layer.scale)).key_query_matrices,
+                               2 * half.key_query_matrices)
+
+
+# -- NaN padding into the module -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("readout, d_out, affine", [
+    ("last", 1, False), ("all", 1, False), ("last", 2, True), ("all", 2, True),
+])
+def test_a_nan_padded_batch_gives_what_predict_gives(readout, d_out, affine):
+    model = fitted(readout, d_out)
+    if affine:
+        rng = np.random.default_rng(12)
+        model.intercept_ = rng.normal(size=d_out)
+        model.skip_coef_ = rng.normal(size=(d_out, 3))
+    layer = to_torch(model)
+    x, mask, _ = padded_batch(np.random.default_rng(13), 6, 9, 3)
+    expected = model.predict(x)
+    if d_out == 1:
+        expected = expected[..., None]
+    y = layer(torch.as_tensor(x)).detach().numpy()
+    assert np.array_equal(np.isnan(y), np.isnan(expected))   # NaN exactly at padded positions
+    np.testing.assert_allclose(y, expected, rtol=1e-10,
+                               atol=1e-10 * np.nanmax(np.abs(expected)))
+    # With the mask instead: the same values, zero (not NaN) at padded positions.
+    masked = layer(torch.as_tensor(x), torch.as_tensor(mask)).detach().numpy()
+    np.testing.assert_array_equal(masked, np.nan_to_num(y, nan=0.0))
+
+
+def test_nan_padding_trains_like_a_mask():
+    layer = MultiHeadLinearAttention(3, 2, readout="last", bias=True, skip=True,
+                                     dtype=torch.float64)
+    x, mask, _ = padded_batch(np.random.default_rng(14), 4, 5, 3)
+    grads = []
+    for args in ((torch.as_tensor(x),), (torch.as_tensor(x), torch.as_tensor(mask))):
+        layer.zero_grad()
+        (layer(*args) ** 2).sum().backward()
+        grads.append([p.grad.clone() for p in layer.parameters()])
+    for nan_padded, masked in zip(*grads):
+        assert torch.isfinite(nan_padded).all()
+        assert torch.equal(nan_padded, masked)
+
+
+@pytest.mark.parametrize("row, match", [
+    ((1, 2, [np.nan, 0.0, np.nan]), r"x\[1, 2\] is partly NaN: a token is either real"),
+    ((0, 1, [np.nan] * 3), r"x\[0, 1\] is an all-NaN token followed by real tokens"),
+])
+def test_malformed_nan_padding_is_refused_like_predict(row, match):
+    x = np.ones((2, 4, 3))
+    i, t, value = row
+    x[i, t] = value
+    layer = MultiHeadLinearAttention(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=match):
+        layer(torch.as_tensor(x))
+    model = fitted("last", 1)
+    with pytest.raises(ValueError, match=match.replace("x", "X", 1)):
+        model.predict(x)
+
+
+def test_an_all_padding_sequence_is_refused():
+    x = torch.ones(3, 2, 2, dtype=torch.float64)
+    x[2] = float("nan")
+    with pytest.raises(ValueError, match=r"x\[2\] is an empty sequence"):
+        MultiHeadLinearAttention(2, dtype=torch.float64)(x)
+
+
+# -- Estimators whose fitted attributes are not heads ----------------------------------------
+
+
+@pytest.mark.parametrize("attribute, value, match", [
+    ("value_matrices_", np.nan, r"the estimator's value_matrices_ must be finite \(value "
+                                r"matrices of shape \(n_heads, d_out, d\)\); got nan at "
+                                r"value_matrices_\[0, 0, 0\].*Refit"),
+    ("key_query_matrices_", np.inf, r"the estimator's key_query_matrices_ must be finite .*inf"),
+    ("intercept_", np.nan, r"the estimator's intercept_ must be finite"),
+])
+def test_to_torch_names_a_fitted_attribute_that_is_not_finite(attribute, value, match):
+    model = fitted("last", 1)
+    model.intercept_ = np.zeros(1)
+    setattr(model, attribute, np.array(getattr(model, attribute), dtype=float))
+    getattr(model, attribute).flat[0] = value
+    with pytest.raises(ValueError, match=match):
+        to_torch(model)
+
+
+def test_to_torch_names_a_fitted_attribute_of_the_wrong_shape():
+    model = fitted("last", 1)
+    model.key_query_matrices_ = model.key_query_matrices_[:, :2]
+    with pytest.raises(ValueError, match=r"the estimator's value_matrices_ must have shape "
+                                         r"\(n_heads, d_out, d\) and its key_query_matrices_"):
+        to_torch(model)
