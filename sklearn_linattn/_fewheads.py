@@ -491,44 +491,56 @@ def _certificate(rows, V, Q, eps_in=_EPS):
 
 
 # Exponent below every float64's: marks a head with no non-zero entry.
-_NO_EXPONENT = np.iinfo(np.int64).min // 4
+_NO_EXPONENT = -(2**40)
 
 
 def _head_exponents(A, shift):
     """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``_NO_EXPONENT`` if zero)."""
     mantissa, exp = np.frexp(A)
     exp = np.where(mantissa != 0, exp + shift[None], _NO_EXPONENT)
-    return exp.reshape(A.shape[0], -1).max(axis=1)
+    return exp.reshape(A.shape[0], -1).max(axis=1, initial=_NO_EXPONENT)
+
+
+def standardized_heads(st, V, Q, y_exponents=None):
+    """Heads in the data's units as heads on st's standardized tokens, per head ``2**c_h`` apart.
+
+    Returns ``(V_s, Q_s, c)``: the function on standardized tokens (outputs
+    in units of ``2**y_exponents``, or unscaled) has the heads ``2**c[h]
+    V_s[h]`` and ``Q_s[h]``, the entries of V_s and Q_s at most 1 before the
+    whitening; ``c[h]`` is ``_NO_EXPONENT`` for a zero head (V_h or Q_h
+    zero), which comes back zero.  Each entry is scaled by one power of two
+    (the units of its coordinates and output, and its head's own), so
+    nothing over- or underflows whatever the units or the heads' balance.
+    """
+    e = st.exponents
+    ey = np.zeros(V.shape[1], dtype=np.int64) if y_exponents is None else y_exponents
+    sv = e[None, :] - ey[:, None]  # V[h, a, j] * 2**(e_j - ey_a)
+    sq = e[:, None] + e[None, :]  # Q[h, k, l] * 2**(e_k + e_l)
+    mv, mq = _head_exponents(V, sv), _head_exponents(Q, sq)
+    live = (mv != _NO_EXPONENT) & (mq != _NO_EXPONENT)
+    mv, mq = np.where(live, mv, 0), np.where(live, mq, 0)
+    # A head with one zero factor is zero: cleared before scaling, which could overflow.
+    Vs = np.ldexp(V * live[:, None, None], sv[None] - mv[:, None, None])
+    Qs = np.ldexp(Q * live[:, None, None], sq[None] - mq[:, None, None])
+    if st.whitening is not None:
+        Wi = st.inverse_whitening
+        Vs, Qs = Vs @ Wi.T, Wi @ Qs @ Wi.T
+    return Vs, Qs, np.where(live, mv + mq, _NO_EXPONENT).astype(np.int64)
 
 
 def _standard_heads(st, V, Q):
-    """The heads in the coordinates of the TokenStandardizer st, up to one positive factor.
+    """The heads on st's standardized tokens up to one positive factor, the largest about 1.
 
-    ``V[h, a, j] 2**e_j`` and ``Q[h, k, l] 2**(e_k + e_l)`` (the function on
-    the scaled tokens, outputs unscaled), each head times one more power of
-    two so that the largest head's entries are at most 1 and the others keep
-    their size relative to it: one ldexp per entry, so no units or balance
-    overflow or underflow (a head 2**-1000 below the largest may underflow
-    to zero: it is degenerate either way).  Then the whitening.
+    Each head keeps its size relative to the largest, split evenly between
+    its two factors (a head 2**-2000 below the largest underflows to zero:
+    it is degenerate either way).
     """
-    e = st.exponents
-    sv = np.broadcast_to(e[None, :], V.shape[1:])
-    sq = e[:, None] + e[None, :]
-    mv, mq = _head_exponents(V, sv), _head_exponents(Q, sq)
-    live = (mv != _NO_EXPONENT) & (mq != _NO_EXPONENT)
-    size = np.where(live, mv + mq, 0)
-    rel = size - (size[live].max() if live.any() else 0)
-    a = rel // 2
-    sv_h = np.where(live, a - mv, 0)
-    sq_h = np.where(live, rel - a - mq, 0)
-    # A head with one zero factor is zero: cleared before scaling, which could overflow.
-    Vn = np.ldexp(V * live[:, None, None], sv[None] + sv_h[:, None, None])
-    Qn = np.ldexp(Q * live[:, None, None], sq[None] + sq_h[:, None, None])
-    if st.whitening is not None:
-        Wi = st.inverse_whitening
-        Vn = Vn @ Wi.T
-        Qn = Wi @ Qn @ Wi.T
-    return Vn, Qn
+    Vs, Qs, c = standardized_heads(st, V, Q)
+    live = c != _NO_EXPONENT
+    rel = np.where(live, c - (c[live].max() if live.any() else 0), 0)
+    half = rel // 2
+    return (np.ldexp(Vs, half[:, None, None]),
+            np.ldexp(Qs, (rel - half)[:, None, None]))
 
 
 def _local_certificate(X, lengths, readout, weight, V, Q, what=None):
