@@ -823,7 +823,10 @@ def certify_heads_locally(X, V, Q, *, readout="last", sample_weight=None):
 
     Whether the training rows of X determine the k-head function of (V, Q)
     among the k-head functions near it (see :class:`LocalCertificate`:
-    local, not global).  Only the sequences enter, not the targets.
+    local, not global).  Only the sequences enter, not the targets.  The
+    verdict does not depend on how the function is written down: each head's
+    balance, the scale of the heads, or the units of the tokens (see
+    :class:`LocalCertificate` for the coordinates and tolerances).
 
     Parameters
     ----------
@@ -841,12 +844,16 @@ def certify_heads_locally(X, V, Q, *, readout="last", sample_weight=None):
     Returns
     -------
     certificate : LocalCertificate
-        Truthy iff the restricted feature rows have full rank.
+        Truthy iff no head is degenerate, the heads are a regular point of
+        the parametrization and the restricted feature rows have full rank;
+        otherwise its ``reason`` says which fails.
 
     Raises
     ------
     ValueError
-        For invalid X, heads, readout or sample_weight.
+        For invalid X, heads, readout or sample_weight (every weight zero
+        included: nothing to certify), and before allocating Jacobians larger
+        than the memory budget.
     TypeError
         For arguments of the wrong type.
 
