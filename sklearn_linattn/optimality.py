@@ -18,7 +18,9 @@ from sklearn.utils.validation import check_is_fitted
 from ._attention import attention_coefficients, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
+from ._fewheads import _NO_EXPONENT, standardized_heads
 from ._memory import real_tokens
+from ._standardize import max_exponent
 from ._validation import (
     as_real_array,
     check_heads,
@@ -300,19 +302,6 @@ class _ComparedModel:
         return _stack_coefficients(attention_coefficients(self.V, self.Q), self.skip,
                                    self.intercept)
 
-    def outputs(self, X, lengths):
-        """Outputs on validated sequences, (n, [n_tokens,] d_out), zero at padded positions."""
-        Y = mhla_forward(X, self.V, self.Q, lengths, readout=self.readout)
-        # The skip term reads the token at the output's position; X is zero at padding.
-        tokens = X[np.arange(X.shape[0]), lengths - 1] if self.readout == "last" else X
-        if self.skip is not None:
-            Y += tokens @ self.skip.T
-        if self.intercept is not None:
-            Y += self.intercept
-        if self.readout == "all":
-            Y[~real_tokens(lengths, X.shape[1])] = 0.0
-        return Y
-
     def optimum_params(self):
         """Parameters of a LinearAttentionRegressor fitted with the model's extra terms."""
         wanted = {"fit_intercept": self.intercept is not None,
@@ -342,6 +331,137 @@ def _optimum_coefficients(optimum, compared):
     skip = getattr(optimum, "skip_coef_", None) if compared.skip is not None else None
     intercept = getattr(optimum, "intercept_", None) if compared.intercept is not None else None
     return _stack_coefficients(optimum.coef_, skip, intercept)
+
+
+# Binary exponents of the smallest normal float64 and of the first power of
+# two that overflows: a reported value keeps its digits between them.
+_TINY_EXPONENT = -1022
+_HUGE_EXPONENT = 1024
+
+
+def _pow2_sum(values, exponents):
+    """``sum_i values[i] * 2**exponents[i]`` as a pair ``(m, e)``: the sum is ``m * 2**e``.
+
+    Every term is brought to the exponent of the largest, so nothing over-
+    or underflows on the way (a term 2**1074 below the largest vanishes, far
+    below the sum's rounding).
+    """
+    mantissa, exp = np.frexp(np.asarray(values, dtype=np.float64))
+    exp = exp.astype(np.int64) + np.asarray(exponents, dtype=np.int64)
+    live = mantissa != 0
+    if not live.any():
+        return 0.0, 0
+    top = int(exp[live].max())
+    return float(np.sum(np.ldexp(mantissa[live], exp[live] - top))), top
+
+
+def _pow2_sqrt(pair):
+    """The square root of the pair ``m * 2**e`` (m >= 0), exactly scaled."""
+    m, e = pair
+    if e % 2:
+        m, e = 2.0 * m, e - 1
+    return float(np.sqrt(m)), e // 2
+
+
+def _column_exponents(A):
+    """Per output (last axis), the exponent of the largest magnitude; ``_NO_EXPONENT`` if zero."""
+    A = A.reshape(-1, A.shape[-1])
+    top = np.max(np.abs(A), axis=0, initial=0.0)
+    return np.where(top > 0, np.frexp(top)[1], _NO_EXPONENT).astype(np.int64)
+
+
+def _mean_products(A, B, rows, total, exponents):
+    """``(1/W) sum_rows w_row sum_a A[row, a] B[row, a] 2**exponents[a]`` as a pair.
+
+    A and B are scaled per output by the power of two of their largest entry
+    first, so no product over- or underflows on the way.
+    """
+    d_out = A.shape[-1]
+    A, B, w = A.reshape(-1, d_out), B.reshape(-1, d_out), rows.reshape(-1)
+    ka, kb = _column_exponents(A), _column_exponents(B)
+    ka, kb = np.where(ka == _NO_EXPONENT, 0, ka), np.where(kb == _NO_EXPONENT, 0, kb)
+    m = np.einsum("r,ra,ra->a", w, np.ldexp(A, -ka), np.ldexp(B, -kb)) / total
+    return _pow2_sum(m, ka + kb + exponents)
+
+
+def _norm(A):
+    """Frobenius norm of A as a pair (scaled first: no over- or underflow)."""
+    k = int(np.frexp(np.max(np.abs(A), initial=0.0))[1])
+    return float(np.linalg.norm(np.ldexp(A, -k))), k
+
+
+def _log10(pair):
+    m, e = pair
+    return float(np.log10(abs(m)) + e * np.log10(2.0))
+
+
+def _to_float(pair, scale):
+    """The float64 of the pair ``m * 2**e``, or why float64 cannot hold it.
+
+    ``scale`` (a pair) is the size of the terms the value is computed from.
+    A value that overflows is lost; so is a non-zero value whose terms lie
+    below the smallest normal float64, where their digits are lost.  A value
+    that is smaller only because it cancels among larger terms is returned as
+    float64 rounds it (a subnormal or zero: within its own rounding).
+    Returns ``(value, None)``, or ``(None, "over")`` / ``(None, "under")``.
+    """
+    m, e = pair
+    if m != 0 and int(np.frexp(m)[1]) + e > _HUGE_EXPONENT:
+        return None, "over"
+    sm, se = scale
+    if m != 0 and (sm == 0 or int(np.frexp(sm)[1]) + se - 1 < _TINY_EXPONENT):
+        return None, "under"
+    return float(np.ldexp(m, e)), None
+
+
+def _unrepresentable(lost):
+    """The error for the quantities float64 cannot hold: ``(name, pair, "over" | "under")``."""
+    why = {
+        "over": f"above the largest float64 ({np.finfo(np.float64).max:.3g})",
+        "under": (f"below the smallest normal float64 ({np.finfo(np.float64).tiny:.3g}), "
+                  "where their digits are lost"),
+    }
+    groups = []
+    for kind in ("over", "under"):
+        named = [f"{name} (about 1e{_log10(pair):.0f})" for name, pair, k in lost if k == kind]
+        if named:
+            listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+            groups.append(f"{listed} {'is' if len(named) == 1 else 'are'} {why[kind]}")
+    return ValueError(
+        "compare_to_optimum: the report cannot be represented in float64: "
+        + "; ".join(groups)
+        + ". The risks scale as y**2, training_distance as y and p_distance as y / X**3: "
+        "rescale y (and the model's value matrices with it) or X by a power of two."
+    )
+
+
+def _standardized_terms(st, ey, intercept, skip, Xs, lengths, readout):
+    """Intercept and skip terms on standardized tokens, outputs in units of ``2**ey``."""
+    n, n_tokens, _ = Xs.shape
+    out = np.zeros((n, ey.size) if readout == "last" else (n, n_tokens, ey.size))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if skip is not None:
+            # x W^T in the data's units is x_s (Wi 2**e W^T): per output 2**-ey_a.
+            W = np.ldexp(skip, st.exponents[None, :] - ey[:, None])
+            if st.whitening is not None:
+                W = W @ st.inverse_whitening.T
+            tokens = Xs[np.arange(n), lengths - 1] if readout == "last" else Xs
+            out = out + tokens @ W.T
+        if intercept is not None:
+            out = out + np.ldexp(intercept, -ey)
+    return out
+
+
+def _head_outputs(st, ey, Xs, lengths, readout, V, Q):
+    """The heads' outputs on standardized tokens as ``(F, top)``: the outputs are ``F 2**top``.
+
+    One forward pass over every head, head h weighted by ``2**(c_h - top)``
+    (at most 1; heads 2**1074 below the largest vanish, far below rounding).
+    """
+    Vs, Qs, c = standardized_heads(st, V, Q, ey)
+    top = int(c.max()) if c.size and c.max() != _NO_EXPONENT else 0
+    Vw = np.ldexp(Vs, np.maximum(c - top, -2 * _HUGE_EXPONENT)[:, None, None])
+    return mhla_forward(Xs, Vw, Qs, lengths, readout=readout), top
 
 
 def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0.0,
@@ -413,7 +533,13 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
         If the heads do not match the data (token dimension, number of
         outputs), if ``readout`` contradicts the estimator's, or for invalid
         data (as :meth:`LinearAttentionRegressor.fit
-        <sklearn_linattn.LinearAttentionRegressor.fit>`).
+        <sklearn_linattn.LinearAttentionRegressor.fit>`); and when a number
+        of the report cannot be represented in float64 (the message names
+        each, with its size): above the largest float64, or non-zero while
+        the terms it is computed from lie below the smallest normal one.
+        With ``alpha=0`` the excess risk is the square of
+        ``training_distance``, so a distance beyond about 1e154 (or below
+        about 1e-154) cannot come with its risks.
 
     See Also
     --------
@@ -437,6 +563,15 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     The excess risk is computed as ``mean ||delta||**2 - 2 mean <r_opt,
     delta>`` from the output difference ``delta`` and the optimum's residual
     ``r_opt`` (equal to ``risk - optimal_risk``, without its cancellation).
+
+    Every number is exact to rounding at any scale float64 can represent:
+    the outputs are compared in the optimum's standardized coordinates
+    (``optimum.standardization_``: tokens scaled per coordinate by powers of
+    two and whitened, targets per output by a power of two), the sums of
+    squares are carried as a mantissa and a binary exponent, and the results
+    are mapped back to the data's units by exact powers of two.  Scaling X
+    and y by powers of two (and the model with them) scales every number by
+    the matching power, bit for bit.
 
     Examples
     --------
@@ -476,37 +611,110 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     w = check_sample_weight(sample_weight, Xv.shape[0])
     optimum = LinearAttentionRegressor(alpha=alpha, **compared.optimum_params())
     optimum.fit(X, y, sample_weight=sample_weight)
+    values, lost = _measures(compared, optimum, Xv, lengths, Y, w)
+    if lost:
+        raise _unrepresentable(lost)
+    return OptimalityReport(**values, alpha=float(optimum.alpha),
+                            certificate=optimum.certificate_, optimum=optimum)
 
-    # The optimum's predictions in the package's layout: check_targets undoes
-    # predict's output shaping (dropped output axis, channels_first).
-    F_opt, _ = check_targets(optimum.predict(X), lengths, Xv.shape[1],
-                             readout=compared.readout, data_format=layout["data_format"],
-                             name="the optimum's prediction")
-    F = compared.outputs(Xv, lengths)
-    if compared.readout == "last":
-        rows = np.ones(Xv.shape[0]) if w is None else w
+
+def _measures(compared, optimum, Xv, lengths, Y, w):
+    """The report's numbers, computed in the optimum's standardized coordinates.
+
+    Outputs are compared on standardized tokens, output a in units of
+    ``2**(ey_a + D_a)`` with ``D_a`` the largest exponent among the outputs
+    of the model, of the optimum and the targets (so each lies within
+    [-2, 2], and none over- or underflows); sums of squares are formed per
+    output after scaling by powers of two and carried as pairs ``m * 2**e``,
+    and only the final values are converted to float64 in the data's units.
+
+    Returns ``(values, lost)``: the OptimalityReport fields, and
+    ``(name, pair, "over" | "under")`` for each that float64 cannot hold.
+    """
+    st = optimum.standardization_
+    readout = compared.readout
+    d_out = compared.V.shape[1]
+    ey = (np.zeros(d_out, dtype=np.int64) if st.y_exponents is None
+          else st.y_exponents[:d_out].astype(np.int64))
+    Xs = st.transform(Xv)
+    if readout == "last":
+        rows = np.ones(Xv.shape[0]) if w is None else st.transform_weights(w)
+        real = None
     else:
         real = real_tokens(lengths, Xv.shape[1])
-        rows = real * (1.0 if w is None else w[:, None])
-    total = rows.sum()
+        rows = real * (1.0 if w is None else st.transform_weights(w)[:, None])
+    total = float(rows.sum())
 
-    def mean(values):  # weighted mean over rows of a per-row quantity
-        return float(np.sum(rows * values) / total)
+    def at_rows(F):  # zero at padded positions (mhla_forward leaves NaN there)
+        return F if real is None else np.where(real[:, :, None], F, 0.0)
 
-    delta, residual = F - F_opt, Y - F_opt
-    squared = mean(np.einsum("...a,...a->...", delta, delta))
-    optimal_risk = mean(np.einsum("...a,...a->...", residual, residual))
-    excess = squared - 2.0 * mean(np.einsum("...a,...a->...", residual, delta))
-    model_residual = Y - F
-    risk = mean(np.einsum("...a,...a->...", model_residual, model_residual))
+    terms = {}
+    if compared.intercept is not None:
+        terms["intercept"] = getattr(optimum, "intercept_", None)
+    if compared.skip is not None:
+        terms["skip"] = getattr(optimum, "skip_coef_", None)
+    Vo, Qo = optimum._standardized_heads
+    F_opt = at_rows(mhla_forward(Xs, Vo, Qo, lengths, readout=readout)
+                    + _standardized_terms(st, ey, terms.get("intercept"), terms.get("skip"),
+                                          Xs, lengths, readout))
+    Ys = at_rows(st.transform_targets(Y))
+    F_heads, top = _head_outputs(st, ey, Xs, lengths, readout, compared.V, compared.Q)
+    F_heads = at_rows(F_heads)
+    F_terms = at_rows(_standardized_terms(st, ey, compared.intercept, compared.skip, Xs,
+                                          lengths, readout))
+    if not np.all(np.isfinite(F_terms)):
+        raise ValueError(
+            "The model's intercept and skip terms on X are more than 2**1024 times the "
+            "targets: float64 cannot compare them with the optimum's outputs; check the "
+            "model's intercept and skip_coef."
+        )
+    # One exponent per output above every part: each part scaled to at most 2.
+    parts = [_column_exponents(F_heads) + top, _column_exponents(F_terms),
+             _column_exponents(F_opt), _column_exponents(Ys)]
+    D = np.max(np.maximum(parts, _NO_EXPONENT), axis=0)
+    D = np.where(D <= _NO_EXPONENT // 2, 0, D)
+    F = np.ldexp(F_heads, top - D) + np.ldexp(F_terms, -D)
+    Fo, Yd = np.ldexp(F_opt, -D), np.ldexp(Ys, -D)
+    delta, model_residual = F - Fo, Yd - F
+    residual = Ys - F_opt  # the optimum's own residual, in units of 2**ey
+
+    def mean(A, B, shift):  # (1/W) sum_rows w sum_a A B in the data's units, as a pair
+        return _mean_products(A, B, rows, total, shift)
+
+    two = 2 * (ey + D)
+    squared = mean(delta, delta, two)
+    cross = mean(residual, delta, 2 * ey + D)
+    risk = mean(model_residual, model_residual, two)
+    optimal_risk = mean(residual, residual, 2 * ey)
+    excess = _pow2_sum([squared[0], -2.0 * cross[0]], [squared[1], cross[1]])
+    # The size of the terms each value is computed from (see _to_float).
+    size_y, size_f, size_o = (mean(A, A, two) for A in (Yd, F, Fo))
+
+    def plus(*pairs):
+        return _pow2_sum([p[0] for p in pairs], [p[1] for p in pairs])
 
     p, p_opt = compared.coefficients(), _optimum_coefficients(optimum, compared)
-    distance = float(np.linalg.norm(p - p_opt))
-    scale = float(np.linalg.norm(p_opt))
-    relative = distance / scale if scale > 0 else (0.0 if distance == 0 else np.inf)
-    return OptimalityReport(
-        p_distance=distance, relative_p_distance=relative,
-        training_distance=float(np.sqrt(squared)), risk=risk, optimal_risk=optimal_risk,
-        excess_risk=excess, alpha=float(optimum.alpha), certificate=optimum.certificate_,
-        optimum=optimum,
-    )
+    k = int(max_exponent(np.concatenate([p.ravel(), p_opt.ravel()])))
+    distance = (float(np.linalg.norm(np.ldexp(p, -k) - np.ldexp(p_opt, -k))), k)
+    norm_opt = _norm(p_opt)
+    if norm_opt[0] > 0:
+        relative = (distance[0] / norm_opt[0], distance[1] - norm_opt[1])
+    else:
+        relative = (0.0 if distance[0] == 0 else np.inf, 0)
+    wanted = {
+        "p_distance": (distance, plus(_norm(p), norm_opt)),
+        "relative_p_distance": (relative, (1.0, 0)),
+        "training_distance": (_pow2_sqrt(squared), _pow2_sqrt(plus(size_f, size_o))),
+        "risk": (risk, plus(size_y, size_f)),
+        "optimal_risk": (optimal_risk, plus(size_y, size_o)),
+        "excess_risk": (excess, plus(size_y, size_f, size_o)),
+    }
+    values, lost = {}, []
+    for name, (pair, scale) in wanted.items():
+        if name == "relative_p_distance" and np.isinf(pair[0]):
+            values[name] = np.inf  # p_opt = 0 and p != 0 (documented)
+            continue
+        values[name], kind = _to_float(pair, scale)
+        if kind is not None:
+            lost.append((name, pair, kind))
+    return values, lost

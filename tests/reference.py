@@ -181,6 +181,52 @@ def ref_coefficients(V, Q):
     return coef
 
 
+def _parameter_jacobian(f, V, Q):
+    """Columns df/dtheta_i (V then Q, flattened) by central differences, one entry at a time.
+
+    f is linear in each single entry of V or Q (the model is bilinear), so the
+    difference quotient is the derivative up to rounding for any step.
+    """
+    theta = np.concatenate([V.ravel(), Q.ravel()])
+    nV = V.size
+    columns = []
+    for i in range(theta.size):
+        parts = []
+        for sign in (1.0, -1.0):
+            t = theta.copy()
+            t[i] += sign
+            parts.append(np.ravel(f(t[:nV].reshape(V.shape), t[nV:].reshape(Q.shape))))
+        columns.append((parts[0] - parts[1]) / 2.0)
+    return np.array(columns).T
+
+
+def _numerical_rank(M, rtol):
+    s = np.linalg.svd(M, compute_uv=False) if M.size else np.zeros(0)
+    return int(np.sum(s > rtol * s[0])) if s.size and s[0] > 0 else 0
+
+
+def ref_local_ranks(X, lengths, V, Q, readout="last", rtol=1e-8):
+    """(tangent rank, data rank, generic rank) of heads on sequences, from their definitions.
+
+    The tangent rank is the rank of dp/dtheta (p = ref_coefficients), the
+    data rank that of d(outputs)/dtheta on the real rows (ref_forward), the
+    generic rank that of dp/dtheta at random heads of the same shape.  Ranks
+    count singular values above ``rtol`` times the largest: meant for
+    well-scaled cases whose ranks are clear-cut.
+    """
+    Jp = _parameter_jacobian(ref_coefficients, V, Q)
+
+    def outputs(V, Q):
+        Y = ref_forward(X, lengths, V, Q, readout)
+        return Y if readout == "last" else Y[~np.isnan(Y[:, :, 0])]
+
+    Jy = _parameter_jacobian(outputs, V, Q)
+    rng = np.random.default_rng(12345)
+    Jg = _parameter_jacobian(ref_coefficients, rng.normal(size=V.shape),
+                             rng.normal(size=Q.shape))
+    return _numerical_rank(Jp, rtol), _numerical_rank(Jy, rtol), _numerical_rank(Jg, rtol)
+
+
 def ref_fold(C):
     """Fold C[a, j, k, l] into (d_out, psi): C[a,j,k,l] + C[a,k,j,l] for j < k."""
     d_out, d = C.shape[0], C.shape[1]

@@ -8,8 +8,10 @@ references, and the fitted model against the loop forward pass.
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
-from reference import ref_coefficients, ref_forward, ref_lengths
+from reference import ref_coefficients, ref_forward, ref_lengths, ref_local_ranks
 from sklearn_linattn import (
     HeadsFit,
     LocalCertificate,
@@ -343,3 +345,185 @@ def test_fit_heads_says_when_the_iteration_cap_stopped_it():
     with pytest.warns(ConvergenceWarning, match="stopped at max_iter=1"):
         fit = fit_heads(X, mhla_forward(X, V, Q), 1, n_init=1, max_iter=1, random_state=0)
     assert fit.n_iter == 1
+
+
+# --------------------------------------------------------------------------
+# The local certificate: the model's symmetries, units, degenerate heads
+# --------------------------------------------------------------------------
+
+
+def _transformed(X, V, Q, *, scale=1.0, units=None, A=None, balance=None, out=1.0):
+    """The same function on the same data in other coordinates.
+
+    Tokens ``x -> x A diag(units) scale`` (mixed first, then scaled, so that
+    each step rounds only relatively), heads ``V_h M^-T`` and ``M^-1 Q_h M^-T``
+    for ``M = A diag(units) scale``, head h rebalanced to ``c_h V_h, Q_h / c_h``,
+    and every output times ``out``.
+    """
+    d = X.shape[2]
+    A = np.eye(d) if A is None else A
+    units = np.ones(d) if units is None else np.asarray(units)
+    c = np.ones(len(V)) if balance is None else np.asarray(balance)
+    Minv = np.linalg.inv(A) / (units * scale)[:, None]  # diag(1 / (units scale)) A^-1
+    X2 = (X @ A) * (units * scale)
+    V2 = out * np.einsum("haj,kj->hak", V, Minv) * c[:, None, None]
+    Q2 = np.einsum("jk,hkl,ml->hjm", Minv, Q, Minv) / c[:, None, None]
+    return X2, V2, Q2
+
+
+def _verdict(cert):
+    return cert.holds, cert.tangent_rank, cert.data_rank, cert.generic_rank, cert.degenerate_heads
+
+
+def _local_case(name):
+    """Data and heads whose local verdict is clear-cut, with the verdict expected."""
+    rng = np.random.default_rng(11)
+    if name in ("at_dim", "below_dim", "duplicated_rows"):
+        V, Q = rng.normal(size=(1, 1, 4)), rng.normal(size=(1, 4, 4))
+        X = rng.normal(size=(19, 8, 4))  # tangent dimension 19
+        if name == "below_dim":
+            X = X[:18]
+        elif name == "duplicated_rows":  # 30 equations, only 10 different ones
+            X = np.concatenate([X[:10]] * 3)
+        return X, V, Q, "last", name == "at_dim"
+    if name == "two_heads_all":
+        V, Q = rng.normal(size=(2, 2, 3)), rng.normal(size=(2, 3, 3))
+        X = rng.normal(size=(3, 6, 3))  # 18 positions x 2 outputs >= 26 - 4
+        return X, V, Q, "all", True
+    if name == "zero_head":
+        V, Q = rng.normal(size=(2, 1, 3)), rng.normal(size=(2, 3, 3))
+        V[1] = 0.0
+        return rng.normal(size=(40, 6, 3)), V, Q, "last", False
+    assert name == "shared_value"  # two heads with one value matrix: a singular point
+    V, Q = rng.normal(size=(1, 1, 3)), rng.normal(size=(2, 3, 3))
+    return rng.normal(size=(40, 6, 3)), np.concatenate([V, V]), Q, "last", False
+
+
+LOCAL_CASES = ["at_dim", "below_dim", "duplicated_rows", "two_heads_all", "zero_head",
+               "shared_value"]
+
+
+def test_transformed_heads_compute_the_same_function():
+    """The helper of the invariance tests: its heads on its tokens give the same outputs."""
+    X, V, Q, _, _ = _local_case("two_heads_all")
+    A = np.random.default_rng(0).normal(size=(3, 3))
+    X2, V2, Q2 = _transformed(X, V, Q, scale=1e3, units=[1e-2, 1.0, 1e2], A=A,
+                              balance=[1e5, 1e-5], out=7.0)
+    np.testing.assert_allclose(mhla_forward(X2, V2, Q2, readout="all"),
+                               7.0 * mhla_forward(X, V, Q, readout="all"), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", LOCAL_CASES)
+def test_local_certificate_matches_the_loop_reference(name):
+    """Ranks from finite differences of the loop forward pass and coefficient map."""
+    X, V, Q, readout, holds = _local_case(name)
+    cert = certify_heads_locally(X, V, Q, readout=readout)
+    # Degenerate heads enter the ranks as zero heads (both factors).
+    gone = list(cert.degenerate_heads)
+    V, Q = V.copy(), Q.copy()
+    V[gone], Q[gone] = 0.0, 0.0
+    tangent, data, generic = ref_local_ranks(X, ref_lengths(X), V, Q, readout)
+    assert (cert.tangent_rank, cert.data_rank, cert.generic_rank) == (tangent, data, generic)
+    assert cert.holds is holds and bool(cert) is holds
+    assert (cert.reason is None) is holds
+
+
+@pytest.mark.parametrize("name", LOCAL_CASES)
+@given(log_scale=hst.floats(-100, 100), log_units=hst.lists(hst.floats(-20, 20), min_size=4,
+                                                            max_size=4),
+       mix=hst.integers(0, 2**32 - 1), log_balance=hst.lists(hst.floats(-30, 30), min_size=2,
+                                                             max_size=2),
+       log_out=hst.floats(-30, 30))
+@settings(max_examples=10)
+def test_local_certificate_is_invariant(name, log_scale, log_units, mix, log_balance, log_out):
+    """Overall scales, units per coordinate, invertible maps and head balances: one verdict.
+
+    (The verdict used to flip once a head's V/Q balance passed about 1e7, or
+    after X * 1e4 with V / 1e12.)
+    """
+    X, V, Q, readout, holds = _local_case(name)
+    d, k = X.shape[2], V.shape[0]
+    A = np.random.default_rng(mix).normal(size=(d, d))
+    X2, V2, Q2 = _transformed(X, V, Q, scale=10.0**log_scale,
+                              units=10.0 ** np.array(log_units[:d]), A=A,
+                              balance=10.0 ** np.array(log_balance[:k]), out=10.0**log_out)
+    # Within these ranges every token and head entry stays a normal float64.
+    assert all(np.all(np.isfinite(a)) for a in (X2, V2, Q2))
+    base = certify_heads_locally(X, V, Q, readout=readout)
+    cert = certify_heads_locally(X2, V2, Q2, readout=readout)
+    assert base.holds is holds
+    assert _verdict(cert) == _verdict(base)
+    if holds:
+        assert cert.relative_sigma_min == pytest.approx(base.relative_sigma_min, rel=1e-6)
+
+
+@pytest.mark.parametrize("balance", [1e-30, 1e-7, 1e7, 1e30])
+def test_local_certificate_ignores_the_balance_of_a_head(balance):
+    """The reported flip: V * 1e-30, Q * 1e30 is the same function."""
+    X, V, Q, _, _ = _local_case("below_dim")
+    assert not certify_heads_locally(X, V, Q)
+    assert not certify_heads_locally(X, V * balance, Q / balance)
+    assert not certify_heads_locally(X * 1e4, V / 1e12, Q)  # the same verdict's other flip
+    X, V, Q, _, _ = _local_case("at_dim")
+    assert certify_heads_locally(X, V * balance, Q / balance)
+
+
+def test_degenerate_heads_certify_nothing():
+    rng = np.random.default_rng(3)
+    V, Q = rng.normal(size=(2, 1, 3)), rng.normal(size=(2, 3, 3))
+    X = rng.normal(size=(40, 6, 3))
+    assert certify_heads_locally(X, V, Q)  # 40 rows, tangent dimension 2 * 12 - 4 = 20
+    # Zero heads, as reported: one sequence, V = Q = 0, "held" with tangent rank 0.
+    zero = certify_heads_locally(X[:1], 0 * V[:1], 0 * Q[:1])
+    assert not zero and zero.degenerate_heads == (0,) and "degenerate" in zero.reason
+    assert "degenerate" in repr(zero)
+    for V_bad, Q_bad in [(np.stack([V[0], 0 * V[1]]), Q), (V, np.stack([Q[0], 0 * Q[1]]))]:
+        cert = certify_heads_locally(X, V_bad, Q_bad)
+        assert not cert and cert.degenerate_heads == (1,)
+    # A head whose share of the coefficients is below their rounding (1e-18).
+    small = certify_heads_locally(X, np.stack([V[0], 1e-9 * V[1]]), np.stack([Q[0], 1e-9 * Q[1]]))
+    assert not small and small.degenerate_heads == (1,)
+    # A small head above it (1e-12) is a head like any other.
+    assert certify_heads_locally(X, np.stack([V[0], 1e-6 * V[1]]), np.stack([Q[0], 1e-6 * Q[1]]))
+
+
+def test_singular_points_of_the_parametrization_certify_nothing():
+    """Two heads fitted to a one-head function: the tangent rank drops below the generic one.
+
+    k-head functions arbitrarily near then leave the tangent space (a second
+    small head in any direction), so the rank test proves nothing; it used to
+    hold here.
+    """
+    rng = np.random.default_rng(0)
+    V, Q = rng.normal(size=(1, 1, 4)), rng.normal(size=(1, 4, 4))
+    X = rng.normal(size=(60, 10, 4))
+    fit = fit_heads(X, mhla_forward(X, V, Q), 2, random_state=0)
+    assert fit.residual < 1e-10
+    cert = fit.certificate
+    assert not cert and cert.tangent_rank < cert.generic_rank == 32
+    assert cert.data_rank == cert.tangent_rank and "singular point" in cert.reason
+    assert _verdict(certify_heads_locally(X, fit.V, fit.Q)) == _verdict(cert)
+
+
+def test_fit_heads_certificate_is_certify_heads_locally_at_the_fit():
+    rng, V, Q = generator(13, 4, 1, d_out=2)
+    X = sequences(rng, 20, 4)
+    X[:, :, 2] *= 1e3  # a coordinate in its own units
+    fit = fit_heads(X, mhla_forward(X, V, Q), 1, random_state=0)
+    assert fit.residual < 1e-10 and fit.certificate
+    assert _verdict(certify_heads_locally(X, fit.V, fit.Q)) == _verdict(fit.certificate)
+
+
+def test_all_weights_zero_is_an_error_naming_sample_weight():
+    rng, V, Q = generator(14, 3, 1)
+    X = sequences(rng, 10, 3)
+    for readout in ("last", "all"):
+        with pytest.raises(ValueError, match="sample_weight is zero for every one of the 10 "
+                                             "sequences: there is nothing to certify"):
+            certify_heads_locally(X, V, Q, readout=readout, sample_weight=np.zeros(10))
+    with pytest.raises(ValueError, match="sample_weight is zero .* nothing to fit"):
+        fit_heads(X, mhla_forward(X, V, Q), 1, sample_weight=np.zeros(10))
+    # Zero weights elsewhere still leave the sequences out.
+    w = np.ones(10)
+    w[3:] = 0.0
+    assert certify_heads_locally(X, V, Q, sample_weight=w).n_equations == 3

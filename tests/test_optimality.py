@@ -1,5 +1,7 @@
 """compare_to_optimum: distances and risks against direct computations, and its errors."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
@@ -201,3 +203,117 @@ def test_validation_errors(noisy):
         compare_to_optimum((V, Q), X, y, sample_weight=np.ones(3))
     with pytest.raises(ValueError, match="V must have shape"):
         compare_to_optimum((V[0], Q), X, y)
+
+
+# --------------------------------------------------------------------------
+# Every representable scale
+# --------------------------------------------------------------------------
+
+FIELDS = ["p_distance", "relative_p_distance", "training_distance", "risk", "optimal_risk",
+          "excess_risk"]
+
+
+def _scaled_powers(x_scale, y_scale):
+    """How each number of the report scales when X -> x_scale X, y -> y_scale y.
+
+    The model follows the data (V -> V y_scale / x_scale**3, so that its
+    outputs scale with y): its coefficients, and the optimum's, scale by
+    y_scale / x_scale**3 (features are cubic in X), every output and residual
+    by y_scale, hence the distances by those factors and the risks (means of
+    squares) by y_scale**2; the relative distance does not move.
+    """
+    p = y_scale / x_scale**3
+    return {"p_distance": p, "relative_p_distance": 1.0, "training_distance": y_scale,
+            "risk": y_scale**2, "optimal_risk": y_scale**2, "excess_risk": y_scale**2}
+
+
+@pytest.mark.parametrize("x_scale, y_scale", [
+    (1e-100, 1.0), (1e100, 1.0),  # p_distance ~ 1e300 and 1e-300
+    (1e-100, 1e-150), (1e100, 1e150),  # risks ~ 1e-301 and 1e299
+    (2.0**-332, 2.0**-500), (2.0**332, 2.0**500),  # powers of two: bit for bit
+])
+def test_report_is_exact_at_every_representable_scale(noisy, x_scale, y_scale):
+    """X * 1e-100 used to report training_distance = excess_risk = 0, X * 1e100 inf and NaN."""
+    X, y, V, Q = noisy
+    heads = (1.1 * V, Q)
+    base = compare_to_optimum(heads, X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        report = compare_to_optimum((heads[0] * (y_scale / x_scale**3), Q), X * x_scale,
+                                    y * y_scale)
+    exact = np.log2(x_scale).is_integer() and np.log2(y_scale).is_integer()
+    for name, power in _scaled_powers(x_scale, y_scale).items():
+        expected = getattr(base, name) * power
+        if exact:  # the same computation in the same standardized coordinates
+            assert getattr(report, name) == expected, name
+        else:
+            assert getattr(report, name) == pytest.approx(expected, rel=1e-12), name
+
+
+@pytest.mark.parametrize("x_scale, y_scale", [(1e-100, 1e-150), (1e100, 1e150)])
+def test_report_with_terms_padding_and_weights_at_extreme_scales(x_scale, y_scale):
+    X, y, teacher = make_random_mhla(60, 6, 2, readout="all", noise=0.2, d_out=2,
+                                     variable_length=True, return_params=True, random_state=5)
+    w = np.random.default_rng(6).uniform(0, 2, size=len(X))
+    w[:5] = 0.0
+    V, Q = teacher["V"], 1.2 * teacher["Q"]
+    intercept, skip = np.array([0.3, -0.2]), 0.1 * np.ones((2, 2))
+    base = compare_to_optimum((V, Q), X, y, readout="all", sample_weight=w * 1e-200,
+                              intercept=intercept, skip_coef=skip)
+    # The unscaled report against a loop over the real positions.
+    F = mhla_forward(X, V, Q, readout="all")
+    F_opt = base.optimum.predict(X)
+    total = risk = optimal = 0.0
+    for i in range(len(X)):
+        for t in range(X.shape[1]):
+            if np.isnan(y[i, t]).all():
+                continue
+            f = F[i, t] + skip @ X[i, t] + intercept
+            total += w[i]
+            risk += w[i] * np.sum((y[i, t] - f) ** 2)
+            optimal += w[i] * np.sum((y[i, t] - F_opt[i, t]) ** 2)
+    assert base.risk == pytest.approx(risk / total, rel=1e-10)
+    assert base.optimal_risk == pytest.approx(optimal / total, rel=1e-10)
+    assert base.excess_risk == pytest.approx((risk - optimal) / total, rel=1e-8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = compare_to_optimum((V * (y_scale / x_scale**3), Q), X * x_scale, y * y_scale,
+                                    readout="all", sample_weight=w * 1e200,
+                                    intercept=intercept * y_scale,
+                                    skip_coef=skip * (y_scale / x_scale))
+    powers = _scaled_powers(x_scale, y_scale)
+    # The terms' coefficients scale by y_scale and y_scale / x_scale, not as p:
+    # the stacked coefficient vector has no single power.
+    del powers["p_distance"], powers["relative_p_distance"]
+    for name, power in powers.items():
+        assert getattr(report, name) == pytest.approx(getattr(base, name) * power,
+                                                      rel=1e-10), name
+
+
+def test_a_model_far_off_the_targets_scale():
+    """Outputs 1e150 times the targets: the risk is the model's mean square output."""
+    X, y, teacher = make_random_mhla(100, 5, 2, return_params=True, random_state=2)
+    V, Q = teacher["V"], teacher["Q"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = compare_to_optimum((V, Q), X, y * 1e-150)
+    F = mhla_forward(X, V, Q)[:, 0]
+    assert report.risk == pytest.approx(np.mean((y * 1e-150 - F) ** 2), rel=1e-12)
+    assert report.training_distance == pytest.approx(np.sqrt(np.mean(F**2)), rel=1e-9)
+    assert report.optimal_risk == pytest.approx(1e-300 * _direct_risk(
+        LinearAttentionRegressor().fit(X, y).predict(X), y), rel=1e-9)
+
+
+@pytest.mark.parametrize("x_scale, y_scale, words", [
+    (1e-100, 1e-300, r"risk \(about 1e-\d+\), optimal_risk \(about 1e-\d+\) and excess_risk "
+                     r"\(about 1e-\d+\) are below the smallest normal float64"),
+    (1e100, 1e300, r"risk \(about 1e\d+\), optimal_risk \(about 1e\d+\) and excess_risk "
+                   r"\(about 1e\d+\) are above the largest float64"),
+])
+def test_a_report_float64_cannot_hold_is_an_error(noisy, x_scale, y_scale, words):
+    """Risks of y**2 ~ 1e-600 or 1e600: a ValueError that names them, not 0.0, inf or NaN."""
+    X, y, V, Q = noisy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="cannot be represented in float64: " + words):
+            compare_to_optimum((1.1 * V, Q), X * x_scale, y * y_scale)
