@@ -1,6 +1,6 @@
 """Collection rules for optional dependencies: what needs PyTorch is skipped without it.
 
-``sklearn_linattn/nn.py`` imports torch at import time, so without torch its
+``sklearn_linattn/nn.py`` and ``_torch_reader.py`` import torch at import time, so without torch its
 doctests (and the user guide's PyTorch page) are not collected at all, even
 when named on the command line.  ``tests/test_torch.py`` skips itself with
 ``pytest.importorskip``.
@@ -15,7 +15,8 @@ except (ImportError, ValueError):  # torch blocked (sys.modules["torch"] is None
     _HAS_TORCH = False
 
 _HERE = Path(__file__).resolve().parent
-_NEEDS_TORCH = {_HERE / "sklearn_linattn" / "nn.py", _HERE / "doc" / "torch.rst"}
+_NEEDS_TORCH = {_HERE / "sklearn_linattn" / "nn.py", _HERE / "sklearn_linattn" / "_torch_reader.py",
+                _HERE / "doc" / "torch.rst"}
 
 
 def pytest_ignore_collect(collection_path, config):
