@@ -84,7 +84,7 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     ----------
     shape : tuple
         ``(n_samples, n_tokens, d)`` of X as read; anything else (2-D input,
-        unknown dask sizes) is not judged.
+        unknown dask sizes, an empty axis) is not judged.
     readout : {"last", "all"}, default="last"
     token_dim, data_format
         The layout X was read with.
@@ -114,8 +114,8 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     X is read as (n_samples, n_tokens, d) = (40, 6, 100): 6 tokens of d = 100 ...
     """
     if (data_format != "channels_last" or token_dim is not None or len(shape) != 3
-            or not all(isinstance(n, numbers.Integral) for n in shape)):
-        return False
+            or not all(isinstance(n, numbers.Integral) and n >= 1 for n in shape)):
+        return False  # not judged; an empty axis is the validation's to refuse
     n_samples, n_tokens, d = (int(n) for n in shape)
     if not d > _LARGE_FIT_RATIO * n_tokens:
         return False

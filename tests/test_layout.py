@@ -226,6 +226,7 @@ def test_layouts_that_look_transposed(shape, kwargs):
     ((40, 6, 100), {"token_dim": 100}),
     ((40, 600), {}),                              # 2-D: univariate sequences
     ((float("nan"), 6, 100), {}),                 # unknown dask sizes
+    ((40, 0, 3), {}),                             # no token: validation refuses it
 ])
 def test_layouts_that_do_not_warn(shape, kwargs):
     with warnings.catch_warnings():
