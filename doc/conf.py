@@ -84,6 +84,8 @@ numpydoc_validation_exclude = {
     # Methods inherited from scikit-learn document scikit-learn.
     r"\.(get_params|set_params|fit_transform)$",
     r"\.(set_\w+_request|set_output|get_metadata_routing)$",
+    # ... and those inherited from Python's exceptions (the warning classes) document Python.
+    r"Warning\.(add_note|with_traceback)$",
 }
 
 # -- Intersphinx, offline ---------------------------------------------------------

@@ -11,7 +11,8 @@ Exit status:
   inconsistent file, invalid arrays, an output location that cannot be
   written, or not enough memory.  The message names the file or argument.
 - 2: command-line usage: an unknown option, a missing argument, an option
-  value out of range (including a ``demo`` too large for the memory).
+  value of the wrong type or out of range (NaN, infinite, negative, ...;
+  checked before any file is read), or a ``demo`` too large for the memory.
 - 3: ``certify --check`` only: the data does not identify the function.
 - 4: internal error (an unexpected exception: a bug, please report it).
 - 130: interrupted (Ctrl-C).
@@ -51,6 +52,25 @@ exit status:
 Progress and errors go to standard error; --json output on standard output
 stays machine-readable.
 """
+
+
+# The numeric options and the values they take, as check_number's arguments:
+# a value outside its range is a usage error (status 2), caught before any
+# file is read, and every subcommand's options are here.
+_SEED = dict(integer=True, low=0, high=2**32 - 1)
+_NUMERIC_OPTIONS = {
+    "d": dict(integer=True, low=1),
+    "heads": dict(integer=True, low=1),
+    "n_samples": dict(integer=True, low=1),
+    "min_len": dict(integer=True, low=1),
+    "max_len": dict(integer=True, low=1),
+    "seed": _SEED,
+    "alpha": dict(low=0.0),
+    "n_heads": dict(integer=True, low=1),
+    "random_state": _SEED,
+    "token_dim": dict(integer=True, low=1),
+    "tol": dict(low=0.0),
+}
 
 
 class _UserError(Exception):
@@ -511,6 +531,19 @@ def build_parser(prog="sklearn-linattn"):
     return parser
 
 
+def _check_numeric_options(args):
+    """Every numeric option in its range (finite, not negative, ...), else a usage error."""
+    from ._validation import check_number
+
+    for name, expected in _NUMERIC_OPTIONS.items():
+        value = getattr(args, name, None)
+        if value is not None:
+            try:
+                check_number(value, f"--{name.replace('_', '-')}", **expected)
+            except (TypeError, ValueError) as exc:
+                raise _UsageError(str(exc)) from None
+
+
 def _one_line(exc):
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
@@ -552,10 +585,7 @@ def main(argv=None, *, prog="sklearn-linattn"):
     """
     args = build_parser(prog).parse_args(argv)
     try:
-        for name in ("d", "heads", "min_len", "max_len", "n_samples", "n_heads", "token_dim"):
-            value = getattr(args, name, None)
-            if value is not None and value < 1:
-                raise _UsageError(f"--{name.replace('_', '-')} must be at least 1; got {value}")
+        _check_numeric_options(args)
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             return args.func(args)

@@ -43,6 +43,7 @@ from sklearn.utils.validation import check_array
 from ._solvers import SufficientStatistics
 from ._standardize import StandardizerAccumulator, TokenStandardizer
 from ._terms import LinearTerms
+from ._training import check_layout
 from ._validation import (
     check_data_format,
     check_number,
@@ -473,6 +474,8 @@ def dask_scales(
     scales : StandardizerAccumulator
         ``scales.finish()`` is the standardizer.
     """
+    check_layout(getattr(X, "shape", ()), readout=readout, token_dim=token_dim,
+                 data_format=data_format)
     result, _ = _reduction(
         X, y, _block_standardizer, _merge_standardizers, "scales", readout=readout,
         token_dim=token_dim, sample_weight=sample_weight, n_features_in=n_features_in,

@@ -80,6 +80,13 @@ _FILE_ENTRIES = ("format", "format_version", "params", "heads_residual")
 # Text members (the format tag, the solver name, the JSON parameters) are
 # tiny; anything longer is not a file save_model wrote.
 _MAX_TEXT_CHARS = 2**16
+# The parameters are one flat JSON object (one level).  Python's JSON decoder
+# recurses once per level of nesting, so a text nested deeper than this is
+# refused before it is decoded: 2**16 characters can nest 32 768 levels, far
+# past the interpreter's recursion limit.
+_MAX_JSON_DEPTH = 32
+# What a message quotes of a corrupt header or text, at most.
+_QUOTE_CHARS = 200
 # The data of a large member is copied in pieces of this size, so reading
 # never needs a second full-size buffer.
 _READ_CHUNK = 2**24
@@ -176,7 +183,7 @@ class _NpzReader:
                     raise ValueError(f"unsupported .npy format version {version}")
                 offset = stream.tell()
         except _ZIP_ERRORS as exc:
-            raise self._error(key, f"has a corrupt .npy header ({exc}).") from None
+            raise self._error(key, f"has a corrupt .npy header ({_quote(exc)}).") from None
         if (dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None
                 or dtype.itemsize == 0):
             raise self._error(
@@ -457,12 +464,52 @@ def _restore_standardization(path, model, values):
     model._standardized_heads = (V_s, Q_s)
 
 
+def _quote(exc):
+    """An exception's text, cut to ``_QUOTE_CHARS`` (numpy quotes a whole corrupt header)."""
+    text = str(exc)
+    return text if len(text) <= _QUOTE_CHARS else text[:_QUOTE_CHARS] + "..."
+
+
+def _json_depth_exceeds(text, limit):
+    """Whether JSON text nests arrays and objects more than ``limit`` levels deep.
+
+    A linear scan without recursion; brackets inside strings do not count.
+    (Outside strings valid JSON has no backslash, so escapes are only
+    followed inside them.)
+    """
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
+
+
 def _refuse_constant(name):
     raise ValueError(f"{name} is not a finite number")
 
 
 def _model_from_params(path, text):
     """The estimator the file's JSON parameters describe, validated as ``fit`` would."""
+    if _json_depth_exceeds(text, _MAX_JSON_DEPTH):
+        raise ValueError(
+            f"{path}: entry 'params' nests arrays or objects more than {_MAX_JSON_DEPTH} "
+            "levels deep; it must be one JSON object of parameters (numbers, strings, "
+            "booleans and null)."
+        )
     try:
         params = json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:

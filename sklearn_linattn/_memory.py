@@ -16,8 +16,11 @@ from threadpoolctl import threadpool_limits
 
 __all__ = [
     "DENSE_ARRAYS",
+    "FLOP_RATE",
     "default_memory_budget",
+    "heads_size",
     "iter_sample_chunks",
+    "least_squares_work",
     "n_pairs",
     "real_tokens",
     "resolve_budget",
@@ -34,6 +37,10 @@ CHUNK_BYTES = 2**25
 # compact statistics, the Gram matrix, its factor or eigenvectors), per psi**2
 # doubles.
 DENSE_ARRAYS = 3.25
+# Floating-point operations per second that the time estimates assume: dense
+# BLAS products on a few cores (one core of a laptop does a few GFLOP/s in
+# DGEMM, a server's cores together over a hundred).  Only warnings use it.
+FLOP_RATE = 1e10
 
 
 def default_memory_budget():
@@ -70,6 +77,42 @@ def resolve_budget(memory_budget=None):
 def n_pairs(d):
     """Number of pairs (j, k), j <= k, of d coordinates: ``d (d + 1) / 2``."""
     return d * (d + 1) // 2
+
+
+def least_squares_work(n_rows, psi):
+    """Floating-point operations of a dense least squares of n_rows x psi, at the least.
+
+    Every dense solver forms the smaller of the psi x psi Gram matrix and
+    the n_rows x n_rows row kernel (``n_rows psi k`` operations, k =
+    min(n_rows, psi)) and factorizes it (``k**3 / 3``, Cholesky's count;
+    eigendecompositions and SVDs cost several times more).
+
+    Examples
+    --------
+    >>> from sklearn_linattn._memory import least_squares_work
+    >>> f"{least_squares_work(1000, 288):.3g}"  # d = 8: well under a second
+    '9.09e+07'
+    """
+    n_rows, psi = float(n_rows), float(psi)
+    k = min(n_rows, psi)
+    return n_rows * psi * k + k**3 / 3
+
+
+def heads_size(d, d_out):
+    """Bytes and floating-point operations of the SVD that turns coefficients into heads.
+
+    The coefficients of d_out outputs form a (d_out d) x d**2 matrix M
+    (:func:`~sklearn_linattn.heads_from_coefficients`); its thin SVD holds M
+    and the two factors and costs at least ``m n k`` operations (m x n = the
+    shape of M, k = min(m, n)).
+
+    Returns
+    -------
+    n_bytes, flops : float
+    """
+    m, n = float(d_out) * d, float(d) * d
+    k = min(m, n)
+    return 8.0 * (m * n + m * k + k * n), m * n * k
 
 
 def real_tokens(lengths, n_tokens):

@@ -1,17 +1,150 @@
-"""Training data of ``fit`` and ``partial_fit``: validated once, at the edge, in batches."""
+"""Training data of ``fit`` and ``partial_fit``: validated once, at the edge, in batches.
+
+Also the one check of the layout every entry point that fits runs before its
+work (:func:`check_layout`).
+"""
 
 import itertools
+import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
 
+from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs
+from ._solvers import REGISTRY, solver_memory
 from ._standardize import StandardizerAccumulator
 from ._validation import check_sample_weight, check_sequences, check_targets
+from .exceptions import LayoutWarning
 
-__all__ = ["TrainingData"]
+__all__ = ["TrainingData", "check_layout"]
 
 # Values of a NumPy X validated (and copied) at a time by fit and partial_fit
 # (2**21 float64 values, 16 MiB).
 _VALIDATION_CHUNK = 2**21
+
+# X in the default layout looks like aeon's and sktime's series (n_samples,
+# n_channels, n_timepoints) read as (n_samples, n_tokens, d) when it has at
+# least this many coordinates per token: most multivariate series of the UEA
+# archive have 8 or more time points per channel (BasicMotions 100 / 6,
+# univariate series T / 1), while the package's own wide tokens stay near 4
+# (the Turing machine example, 41 one-hot coordinates over 10 tokens; d = 64
+# over 16 tokens on the scale page).
+_TRANSPOSED_RATIO = 8
+# ... or more than this many per token when the fit is also large: more than
+# _LARGE_BYTES of dense arrays or _LARGE_SECONDS of work at FLOP_RATE.
+_LARGE_FIT_RATIO = 4
+_LARGE_BYTES = 2**30
+_LARGE_SECONDS = 60.0
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel():
+    """``warnings.warn``'s stacklevel for the caller's caller's first frame outside the package."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _fit_size(n_rows, d, psi, d_out, solve):
+    """Bytes and floating-point operations of a fit (or, ``solve=False``, of the features).
+
+    The least squares' dense arrays are those of the dense solver that needs
+    the least (``solver_memory``; the matrix-free solvers trade them for
+    passes over the data), plus the SVD into heads when there are targets.
+    """
+    if not solve:  # the n_rows x psi feature matrix
+        return 8.0 * n_rows * psi, float(n_rows) * psi
+    need = min(solver_memory(name, n_rows, psi) for name, spec in REGISTRY.items()
+               if not spec.sparse_only and spec.memory(n_rows, psi) > 0)
+    work = least_squares_work(n_rows, psi)
+    if d_out:
+        heads_bytes, heads_work = heads_size(d, d_out)
+        need, work = need + heads_bytes, work + heads_work
+    return need, work
+
+
+def check_layout(shape, *, readout="last", token_dim=None, data_format="channels_last",
+                 n_rows=None, d_out=0, solve=True):
+    """Warn, before the work, when X looks like series stored with time along the last axis.
+
+    aeon and sktime store series as (n_samples, n_channels, n_timepoints);
+    passed without ``data_format="channels_first"`` they are read as
+    ``n_channels`` tokens of ``d = n_timepoints`` coordinates, a model of
+    ``psi = d**2 (d + 1) / 2`` features.  Only the default layout is judged
+    (a ``data_format`` or ``token_dim`` given by the user says the layout on
+    purpose): a :class:`~sklearn_linattn.exceptions.LayoutWarning` when
+    ``d >= 8 n_tokens``, or when ``d > 4 n_tokens`` and the fit is large
+    (more than 1 GiB of dense arrays, or more than a minute at
+    ``FLOP_RATE``).
+
+    Parameters
+    ----------
+    shape : tuple
+        ``(n_samples, n_tokens, d)`` of X as read; anything else (2-D input,
+        unknown dask sizes, an empty axis) is not judged.
+    readout : {"last", "all"}, default="last"
+    token_dim, data_format
+        The layout X was read with.
+    n_rows : int or None, default=None
+        Feature rows of the fit; None counts every position.
+    d_out : int, default=0
+        Outputs (0: no targets, as for the certificate).
+    solve : bool, default=True
+        False sizes the feature matrix instead of a least squares
+        (:class:`~sklearn_linattn.LinearAttentionFeatures`).
+
+    Returns
+    -------
+    warned : bool
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from sklearn_linattn._training import check_layout
+    >>> check_layout((40, 16, 64))  # wide tokens on purpose
+    False
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     check_layout((40, 6, 100), readout="all")
+    True
+    >>> print(caught[0].message)  # doctest: +ELLIPSIS
+    X is read as (n_samples, n_tokens, d) = (40, 6, 100): 6 tokens of d = 100 ...
+    """
+    if (data_format != "channels_last" or token_dim is not None or len(shape) != 3
+            or not all(isinstance(n, numbers.Integral) and n >= 1 for n in shape)):
+        return False  # not judged; an empty axis is the validation's to refuse
+    n_samples, n_tokens, d = (int(n) for n in shape)
+    if not d > _LARGE_FIT_RATIO * n_tokens:
+        return False
+    psi = d * n_pairs(d)
+    if n_rows is None:
+        n_rows = n_samples * (1 if readout == "last" else n_tokens)
+    need, work = _fit_size(n_rows, d, psi, d_out, solve)
+    seconds = work / FLOP_RATE
+    if d < _TRANSPOSED_RATIO * n_tokens and not (need > _LARGE_BYTES
+                                                 or seconds > _LARGE_SECONDS):
+        return False
+    tokens = f"{n_tokens} token{'s' * (n_tokens != 1)}"
+    if solve:
+        what = "the least squares and the heads need" if d_out else "the least squares needs"
+    else:
+        what = "the feature matrix needs"
+    warnings.warn(
+        f"X is read as (n_samples, n_tokens, d) = ({n_samples}, {n_tokens}, {d}): {tokens} "
+        f"of d = {d} coordinates, a model of psi = d**2 (d + 1) / 2 = {psi} features; "
+        f"{what} about {need / 2**30:.3g} GiB and {work:.2g} floating-point operations "
+        f"(about {seconds:.3g} s at {FLOP_RATE / 1e9:g} GFLOP/s). Series stored as "
+        "(n_samples, n_channels, n_timepoints), as aeon and sktime store them, need "
+        f'data_format="channels_first" (then d = {n_tokens}, psi = '
+        f"{n_tokens * n_pairs(n_tokens)}). If X does hold {tokens} of {d} coordinates, "
+        'silence this with warnings.filterwarnings("ignore", '
+        "category=sklearn_linattn.exceptions.LayoutWarning).",
+        LayoutWarning, stacklevel=_user_stacklevel(),
+    )
+    return True
 
 
 class TrainingData:
@@ -51,6 +184,9 @@ class TrainingData:
             self._whole = (Xv, lengths, Y, single, w)
             self.n_samples = Xv.shape[0]
             self.sample_weight = w
+        Xf, _, Yf, _, _ = self.first()
+        check_layout((self.n_samples,) + Xf.shape[1:], readout=readout,
+                     n_rows=self.n_rows_bound(Xf.shape[1]), d_out=Yf.shape[-1], **layout)
 
     def batches(self):
         """Validated ``(X, lengths, Y, single_output, sample_weight)`` batches, in order."""

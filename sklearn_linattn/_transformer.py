@@ -7,6 +7,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import sequence_tags
 from ._features import attention_features, feature_names, n_attention_features
 from ._terms import LinearTerms
+from ._training import check_layout
 from ._validation import check_data_format, check_sequences
 
 __all__ = ["LinearAttentionFeatures"]
@@ -103,6 +104,8 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         (3, 18)
         """
         X, _ = check_sequences(X, **self._layout())
+        # transform's output is the n_samples x psi feature matrix.
+        check_layout(X.shape, solve=False, **self._layout())
         self.n_features_in_ = X.shape[2]
         self.n_features_out_ = n_attention_features(X.shape[2]) + self._terms(X.shape[2]).n_terms
         return self

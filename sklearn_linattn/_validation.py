@@ -6,6 +6,7 @@ reports a malformed argument with the same words.  The padding rule
 """
 
 import numbers
+import sys
 
 import numpy as np
 import scipy.sparse
@@ -746,7 +747,12 @@ def check_number(
         raise TypeError(
             f"{name} must be {expected}; got {value!r} of type {type(value).__name__}."
         )
-    ok = bool(np.isfinite(value))
+    if isinstance(value, numbers.Integral):
+        # Python integers have no size limit (np.isfinite refuses the large
+        # ones); as a real number one must fit in float64.
+        ok = integer or abs(value) <= sys.float_info.max
+    else:
+        ok = bool(np.isfinite(value))
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:

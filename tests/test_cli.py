@@ -141,9 +141,58 @@ def test_usage_errors_exit_2(tmp_path, capsys):
         main(["fit"])
     assert info.value.code == 2
     assert main(["demo", "--d", "0"]) == 2
-    assert "--d must be at least 1" in capsys.readouterr().err
+    assert "--d must be an integer >= 1; got 0" in capsys.readouterr().err
     assert main(["demo", "--min-len", "9", "--max-len", "3"]) == 2
     assert "--min-len (9) exceeds --max-len (3)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["certify", "{data}", "--tol", "inf"], "--tol"),  # reproducer: exited 1
+    (["certify", "{data}", "--tol", "nan"], "--tol"),
+    (["certify", "{data}", "--tol", "-0.001"], "--tol"),
+    (["certify", "{data}", "--token-dim", "0"], "--token-dim"),
+    (["fit", "{data}", "--alpha", "inf"], "--alpha"),
+    (["fit", "{data}", "--alpha", "nan"], "--alpha"),
+    (["fit", "{data}", "--alpha", "1e400"], "--alpha"),  # overflows to inf
+    (["fit", "{data}", "--alpha", "-5"], "--alpha"),
+    (["fit", "{data}", "--n-heads", "-2"], "--n-heads"),
+    (["fit", "{data}", "--random-state", "-1"], "--random-state"),
+    (["fit", "{data}", "--random-state", "4294967296"], "--random-state"),
+    (["fit", "{data}", "--token-dim", "0"], "--token-dim"),
+    (["demo", "--seed", "-1"], "--seed"),  # reproducer: exited 1
+    (["demo", "--seed", "4294967296", "--d", "2"], "--seed"),  # exited 1 after the work
+    (["demo", "--heads", "0"], "--heads"),
+    (["demo", "--n-samples", "-4"], "--n-samples"),
+    (["demo", "--min-len", "0"], "--min-len"),
+    (["demo", "--max-len", "0"], "--max-len"),
+])
+def test_option_values_out_of_range_exit_2_before_any_work(tmp_path, capsys, argv, option):
+    # The data file does not exist: the options are checked before it is read.
+    argv = [a.format(data=tmp_path / "nothing.npz") for a in argv]
+    assert main(argv + ["-q"]) == cli.EXIT_USAGE == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {option} must be ")
+    assert "nothing.npz" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["certify", "data.npz", "--tol", "abc"],
+    ["fit", "data.npz", "--n-heads", "1.5"],
+    ["fit", "data.npz", "--alpha", "one"],
+    ["demo", "--seed", "0x10"],
+])
+def test_option_values_of_the_wrong_type_exit_2(capsys, argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and "invalid" in capsys.readouterr().err
+
+
+def test_every_numeric_option_has_a_range():
+    parser = cli.build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    numeric = {action.dest for sub in subparsers.values() for action in sub._actions
+               if action.type in (int, float)}
+    assert numeric == set(cli._NUMERIC_OPTIONS)
 
 
 def test_invalid_fit_options_are_refused_before_reading_the_data(tmp_path, capsys):

@@ -367,6 +367,45 @@ def test_unreadable_parameters_are_refused(model_file, tmp_path, text, match):
         load_model(path)
 
 
+@pytest.mark.parametrize("text", [
+    "[" * 30000 + "]" * 30000,  # reproducer: RecursionError
+    '{"alpha":' * 6000 + "0" + "}" * 6000,
+    '{"readout": "x", "n_heads": ' + "[" * 33 + "]" * 33 + "}",
+])
+def test_deeply_nested_parameters_are_refused_without_recursion(model_file, tmp_path, text):
+    path = tampered(model_file, tmp_path / "bad.npz", {"params": np.str_(text)})
+    with pytest.raises(ValueError, match=r"bad\.npz: entry 'params' nests arrays or objects "
+                                         r"more than 32 levels deep"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("change, match", [
+    # Brackets inside strings, escaped quotes included, are not nesting.
+    ({"readout": "[" * 40 + '\\"' + "{" * 40}, "readout must be one of"),
+    ({"alpha": [[1.0]]}, r"alpha must be a real number >= 0.0; got \[\[1.0\]\]"),
+    # A JSON integer beyond float64 was a TypeError from np.isfinite.
+    ({"alpha": 10**400}, r"alpha must be a real number >= 0.0; got 1000"),
+    ({"tol": -(10**400)}, r"tol must be a real number > 0.0; got -1000"),
+])
+def test_nested_or_huge_parameter_values_are_named(model_file, tmp_path, change, match):
+    params = json.loads(str(read_entry(model_file, "params")))
+    params.update(change)
+    path = tampered(model_file, tmp_path / "bad.npz", {"params": np.str_(json.dumps(params))})
+    with pytest.raises(ValueError, match=r"bad\.npz: entry 'params' is invalid: " + match):
+        load_model(path)
+
+
+def test_a_corrupt_header_is_quoted_briefly(model_file, tmp_path):
+    # numpy's message quotes the whole header (up to 10 000 characters).
+    text = "{'descr': '<f8', 'fortran_order': False, 'shape': " + "(" * 3000 + ")" * 3000 + "}"
+    text += " " * (-(len(text) + 11) % 64) + "\n"
+    header = b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
+    path = tampered(model_file, tmp_path / "bad.npz", {"coef_": header})
+    with pytest.raises(ValueError, match=r"entry 'coef_' has a corrupt \.npy header") as info:
+        load_model(path)
+    assert len(str(info.value)) < 400
+
+
 def test_missing_parameters_take_their_defaults(model_file, tmp_path):
     params = json.loads(str(read_entry(model_file, "params")))
     del params["tol"], params["verbose"]

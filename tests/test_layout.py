@@ -7,6 +7,8 @@ everything a user gets back (predictions, generated sequences, the witness
 input) is in the same layout.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,8 @@ from sklearn_linattn import (
     certify_identifiability,
     mhla_forward,
 )
+from sklearn_linattn._training import check_layout
+from sklearn_linattn.exceptions import LayoutWarning
 
 
 def _channels_first(X):
@@ -40,8 +44,9 @@ def test_the_aeon_layout_is_read_as_channels():
     rng = np.random.default_rng(0)
     X, y, _ = _data(rng, n=120, n_tokens=40, d=3, padded=False)
     aeon = _channels_first(X)  # (120, 3, 40)
-    silent = LinearAttentionRegressor().fit(aeon[:5], y[:5])
-    assert silent.n_features_in_ == 40  # what the default reads: d = 40 coordinates
+    with pytest.warns(LayoutWarning, match=r'data_format="channels_first"'):
+        misread = LinearAttentionRegressor().fit(aeon[:5], y[:5])
+    assert misread.n_features_in_ == 40  # what the default reads: d = 40 coordinates
     model = LinearAttentionRegressor(data_format="channels_first").fit(aeon, y)
     reference = LinearAttentionRegressor().fit(X, y)
     assert model.n_features_in_ == 3 and model.certificate_
@@ -146,3 +151,93 @@ def test_sequence_scorer_reads_the_channels_first_layout():
     score = sequence_scorer("r2")(model, _channels_first(X), _channels_first(y))
     assert score == pytest.approx(model.score(_channels_first(X), _channels_first(y)))
     assert score == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------
+# A forgotten layout is caught before the work
+# --------------------------------------------------------------------------
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the work started before the layout was checked")
+
+
+def test_a_forgotten_channels_first_layout_warns_before_the_work(monkeypatch):
+    """Reproducer: BasicMotions' (40, 6, 100) ran 703 s and 6.3 GB into 840 heads, silently."""
+    import sklearn_linattn._estimators as estimators
+
+    # The solvers are not reached: the warning, raised as an error, ends the fit first.
+    monkeypatch.setattr(estimators, "solve", _no_work)
+    monkeypatch.setattr(estimators, "solve_statistics", _no_work)
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(40, 6, 100))  # (n_samples, n_channels, n_timepoints)
+    y = rng.normal(size=(40, 6, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LayoutWarning)
+        with pytest.raises(LayoutWarning) as info:
+            LinearAttentionRegressor(readout="all").fit(X, y)
+        message = str(info.value)
+        for part in ('data_format="channels_first"', "(40, 6, 100)", "psi = d**2 (d + 1) / 2 = "
+                     "505000", "GiB", "GFLOP/s", "then d = 6, psi = 126"):
+            assert part in message, part
+        with pytest.raises(LayoutWarning, match=r"\(40, 6, 100\)"):
+            LinearAttentionRegressor().partial_fit(X, y[:, -1])
+        with pytest.raises(LayoutWarning, match=r"the feature matrix needs"):
+            LinearAttentionFeatures().fit(X)
+    # certify_identifiability warns and goes on (here quickly: 40 rows, "dual").
+    with pytest.warns(LayoutWarning, match=r"the least squares needs"):
+        assert not certify_identifiability(X)
+
+
+def test_the_layout_warning_points_at_the_callers_line():
+    X = np.random.default_rng(9).normal(size=(6, 1, 12))
+    with pytest.warns(LayoutWarning) as record:
+        LinearAttentionFeatures().fit(X)
+    assert record[0].filename == __file__
+
+
+def test_dask_input_is_checked_too():
+    da = pytest.importorskip("dask.array")
+    X = da.from_array(np.random.default_rng(10).normal(size=(40, 6, 100)), chunks=20)
+    y = da.from_array(np.ones(40), chunks=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LayoutWarning)
+        with pytest.raises(LayoutWarning, match=r"\(40, 6, 100\)"):
+            LinearAttentionRegressor().fit(X, y)
+
+
+@pytest.mark.parametrize("shape, kwargs", [
+    ((40, 6, 100), {"readout": "all"}),          # BasicMotions
+    ((300, 1, 8), {}),                            # univariate series: 1 channel
+    ((20000, 6, 30), {"d_out": 1}),               # d = 5 n_tokens and 5 GiB of Gram matrix
+])
+def test_layouts_that_look_transposed(shape, kwargs):
+    with pytest.warns(LayoutWarning):
+        assert check_layout(shape, **kwargs)
+
+
+@pytest.mark.parametrize("shape, kwargs", [
+    ((150000, 16, 64), {}),                       # the scale page: 16 tokens of d = 64
+    ((1200, 10, 41), {"d_out": 41}),              # the Turing machine example (one-hot)
+    ((1280, 16, 44), {"d_out": 44}),              # the DFA executor example
+    ((60000, 2, 12), {}),                         # wide, but a small fit
+    ((2000, 6, 30), {"d_out": 1}),                # d = 5 n_tokens, but a fit of seconds
+    ((40, 6, 100), {"data_format": "channels_first"}),  # the layout was given
+    ((40, 6, 100), {"token_dim": 100}),
+    ((40, 600), {}),                              # 2-D: univariate sequences
+    ((float("nan"), 6, 100), {}),                 # unknown dask sizes
+    ((40, 0, 3), {}),                             # no token: validation refuses it
+])
+def test_layouts_that_do_not_warn(shape, kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not check_layout(shape, **kwargs)
+
+
+def test_the_layout_warning_can_be_filtered_by_category():
+    X = np.random.default_rng(11).normal(size=(30, 2, 24))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=LayoutWarning)
+        assert LinearAttentionFeatures().fit(X).n_features_in_ == 24
+    assert issubclass(LayoutWarning, UserWarning)

@@ -580,3 +580,16 @@ def test_negative_sample_weight_message_shows_the_number():
     # Before: "sample_weight[1] = np.float64(-2.5)", numpy's repr of the entry.
     with pytest.raises(ValueError, match=re.escape("got sample_weight[1] = -2.5.")):
         check_sample_weight([1.0, -2.5], 2)
+
+
+def test_integers_beyond_float64_are_named_not_a_numpy_type_error():
+    """Reproducer: alpha=10**400 raised numpy's TypeError ("ufunc 'isfinite' not supported")."""
+    from sklearn_linattn._validation import check_number
+
+    with pytest.raises(ValueError, match=r"^alpha must be a real number >= 0; got 1000"):
+        check_number(10**400, "alpha", low=0)
+    with pytest.raises(ValueError, match=r"^alpha must be a real number >= 0.0; got -1000"):
+        LinearAttentionRegressor(alpha=-(10**400)).fit(X_GOOD, Y_GOOD)
+    # An integer parameter may be as large as it likes.
+    assert check_number(10**400, "max_iter", integer=True, low=1) == 10**400
+    assert check_number(2**60, "alpha", low=0) == 2.0**60

@@ -3,6 +3,7 @@
 from .._solvers import REGISTRY, SOLVERS, solve_arrays, solve_statistics
 from .._standardize import standardizer_for
 from .._terms import LinearTerms, fit_terms
+from .._training import check_layout
 from .._validation import (
     check_data_format,
     check_number,
@@ -127,6 +128,7 @@ def certify_identifiability(
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
     LinearTerms.checked(1, fit_intercept, fit_skip)
     X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
+    check_layout(X.shape, readout=readout, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
     terms = LinearTerms(X.shape[2], intercept=fit_intercept, skip=fit_skip)
     Y = standardizer = None
