@@ -41,7 +41,7 @@ import numpy as np
 from sklearn.utils.validation import check_array
 
 from ._solvers import SufficientStatistics
-from ._standardize import StandardizerAccumulator, TokenStandardizer
+from ._standardize import MomentScales, TokenStandardizer, refined_whitening
 from ._terms import LinearTerms
 from ._training import check_layout
 from ._validation import (
@@ -53,7 +53,8 @@ from ._validation import (
     check_token_dim,
 )
 
-__all__ = ["dask_scales", "dask_sufficient_statistics", "is_dask_collection"]
+__all__ = ["dask_coordinates", "dask_scales", "dask_sufficient_statistics",
+           "is_dask_collection"]
 
 # Statistics merged by one task of the reduction tree.
 _DEFAULT_SPLIT_EVERY = 8
@@ -262,10 +263,17 @@ def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_featu
 
 
 def _block_standardizer(X, y, sample_weight, offset, *, readout, token_dim, n_features_in,
-                        data_format, whiten):
-    """Token and target magnitudes of one block (a StandardizerAccumulator), or None."""
+                        data_format, whiten, standardizer=None):
+    """Token and target magnitudes of one block (a MomentScales), or None.
+
+    With ``standardizer``, those of its standardized tokens (no targets): the
+    refinement of a whitening (:func:`~._standardize.refined_whitening`).
+    """
     def magnitudes(X, lengths, Y, w):
-        return StandardizerAccumulator(X.shape[2], Y.shape[-1], whiten=whiten).update(
+        if standardizer is not None:
+            return MomentScales(X.shape[2], Y.shape[-1], whiten=whiten).update(
+                standardizer.transform(X), lengths, sample_weight=w)
+        return MomentScales(X.shape[2], Y.shape[-1], whiten=whiten).update(
             X, lengths, Y, w)
     return _on_block(magnitudes, X, y, sample_weight, offset, readout=readout,
                      token_dim=token_dim, n_features_in=n_features_in, data_format=data_format)
@@ -335,7 +343,7 @@ def _merge_blocks(*parts):
 
 def _merge_standardizers(*parts):
     """Merge the accumulators of several blocks into a new one (a tree node)."""
-    return _merged(parts, lambda a: StandardizerAccumulator(a.d, a.d_out, whiten=a.whiten))
+    return _merged(parts, lambda a: MomentScales(a.d, a.d_out, whiten=a.whiten))
 
 
 def _check_split_every(split_every):
@@ -459,19 +467,23 @@ def block_tasks(
 
 def dask_scales(
     X, y, *, readout="last", token_dim=None, sample_weight=None, n_features_in=None,
-    split_every=None, timeout=None, data_format="channels_last",
+    split_every=None, timeout=None, data_format="channels_last", standardizer=None,
 ):
     """Token and target magnitudes of a dask array of sequences, block by block.
 
     The first of the two passes of a fit on dask input: each block's
-    :class:`~sklearn_linattn._standardize.StandardizerAccumulator`, merged
+    :class:`~sklearn_linattn._standardize.MomentScales`, merged
     in a tree, gives the standardized coordinates of all the data (as the
     in-memory fit computes them).  Arguments as for
     :func:`dask_sufficient_statistics`.
 
+    With ``standardizer``, the scales of its standardized tokens instead (a
+    second pass that refines the whitening of nearly collinear tokens,
+    :func:`dask_coordinates`).
+
     Returns
     -------
-    scales : StandardizerAccumulator
+    scales : MomentScales
         ``scales.finish()`` is the standardizer.
     """
     check_layout(getattr(X, "shape", ()), readout=readout, token_dim=token_dim,
@@ -480,11 +492,24 @@ def dask_scales(
         X, y, _block_standardizer, _merge_standardizers, "scales", readout=readout,
         token_dim=token_dim, sample_weight=sample_weight, n_features_in=n_features_in,
         split_every=split_every, data_format=data_format, whiten=True,
+        **({} if standardizer is None else {"standardizer": standardizer}),
     )
     merged = _compute(result, timeout)
     if merged is None:
         raise ValueError("X must hold at least one sequence; got 0 samples.")
     return merged[0]
+
+
+def dask_coordinates(scales, X, y, **kwargs):
+    """``scales.finish()``, refined by a second pass when the tokens are nearly collinear.
+
+    ``kwargs`` as for :func:`dask_scales`.
+    """
+    standardizer = scales.finish()
+    if not scales.ill_conditioned:
+        return standardizer
+    again = dask_scales(X, y, standardizer=standardizer, **kwargs)
+    return refined_whitening(standardizer, again.second_moment())
 
 
 def _distributed_client():
@@ -664,11 +689,10 @@ default=None
     True
     """
     if standardizer is None:
-        standardizer = dask_scales(
-            X, y, readout=readout, token_dim=token_dim, sample_weight=sample_weight,
-            n_features_in=n_features_in, split_every=split_every, timeout=timeout,
-            data_format=data_format,
-        ).finish()
+        kwargs = dict(readout=readout, token_dim=token_dim, sample_weight=sample_weight,
+                      n_features_in=n_features_in, split_every=split_every, timeout=timeout,
+                      data_format=data_format)
+        standardizer = dask_coordinates(dask_scales(X, y, **kwargs), X, y, **kwargs)
     if any(terms) and standardizer is None:
         raise ValueError("terms need the augmented standardizer of the term columns.")
     result, n_tokens = _reduction(

@@ -33,7 +33,6 @@ from ._terms import LinearTerms, fit_terms
 from ._training import TrainingData
 from ._standardize import (
     SAFE_EXPONENT,
-    StandardizerAccumulator,
     TokenStandardizer,
     scale_per_sample,
 )
@@ -385,7 +384,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         scales = data.scales()
         self._log("standardized coordinates", start)
         terms = self._terms(d)
-        standardizer = scales.finish()
+        standardizer = data.coordinates(scales)
 
         # The term columns (if any) ride along as extra targets of the same solve.
         def batches():
@@ -513,7 +512,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             # The standardized coordinates of all the data seen so far.  This
             # call's batch is accumulated separately, so that an invalid chunk
             # leaves the model as it was.
-            scales, standardizer = self._continued_scales(data.scales(), previous)
+            scales, standardizer = self._continued_scales(data.scales(), previous,
+                                                          data.coordinates)
             if terms and scales is not None:
                 standardizer = terms.augment(standardizer, Yf.shape[-1])
             stats = SufficientStatistics(Xf.shape[2], Yf.shape[-1] + terms.n_terms,
@@ -577,7 +577,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "memory; use fit with solver='cg'."
             )
 
-    def _continued_scales(self, scales, previous):
+    def _continued_scales(self, scales, previous, coordinates):
         """Merge new token magnitudes into those of earlier calls.
 
         Returns the merged magnitudes and their standardized coordinates;
@@ -587,8 +587,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         if previous is not None and earlier is None:
             return None, previous.standardizer
         if earlier is not None:
-            scales = StandardizerAccumulator._copy(earlier).merge(scales)
-        return scales, scales.finish()
+            scales = earlier.copy().merge(scales)
+        return scales, coordinates(scales)
 
     def _fit_dask(self, X, y, sample_weight, start):
         """``fit`` on dask input: statistics reduced on the workers, or "cg" on the blocks."""
@@ -625,11 +625,13 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``partial_fit`` calls), their coordinates (augmented by the term
         columns) and the terms.
         """
-        from ._dask import dask_scales
+        from ._dask import dask_coordinates, dask_scales
 
         kwargs = dict(readout=self.readout, sample_weight=sample_weight,
                       n_features_in=n_features_in, **self._layout())
-        scales, standardizer = self._continued_scales(dask_scales(X, y, **kwargs), previous)
+        scales, standardizer = self._continued_scales(
+            dask_scales(X, y, **kwargs), previous,
+            lambda merged: dask_coordinates(merged, X, y, **kwargs))
         terms = self._terms(standardizer.d)
         if terms and scales is not None:  # the term columns ride along as targets
             standardizer = terms.augment(standardizer, standardizer.y_exponents.size)

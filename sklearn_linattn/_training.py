@@ -14,7 +14,7 @@ import numpy as np
 
 from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs
 from ._solvers import REGISTRY, solver_memory
-from ._standardize import StandardizerAccumulator
+from ._standardize import MomentScales, refined_whitening
 from ._validation import check_sample_weight, check_sequences, check_targets
 from .exceptions import LayoutWarning
 
@@ -217,7 +217,7 @@ class TrainingData:
     def scales(self):
         """Token and target magnitudes of all the data (one pass over the batches).
 
-        Returns the :class:`~._standardize.StandardizerAccumulator` whose
+        Returns the :class:`~._standardize.MomentScales` whose
         ``finish()`` gives the standardized coordinates.  For chunked data this
         validates every chunk once more before the solver's own pass; errors in
         the data are raised here, before any expensive work.
@@ -226,9 +226,21 @@ class TrainingData:
         self.first()
         for Xc, lc, Yc, _, wc in itertools.chain([self._first], self._rest):
             if acc is None:
-                acc = StandardizerAccumulator(Xc.shape[2], Yc.shape[-1])
+                acc = MomentScales(Xc.shape[2], Yc.shape[-1])
             acc.update(Xc, lc, Yc, wc)
         return acc
+
+    def coordinates(self, scales):
+        """The standardized coordinates ``scales.finish()``, refined on these sequences' own
+        standardized tokens (one more pass) when the tokens are nearly collinear
+        (:attr:`~._standardize.MomentScales.ill_conditioned`)."""
+        standardizer = scales.finish()
+        if not scales.ill_conditioned:
+            return standardizer
+        again = MomentScales(standardizer.d)
+        for Xc, lc, _, _, wc in self.batches():
+            again.update(standardizer.transform(Xc), lc, sample_weight=wc)
+        return refined_whitening(standardizer, again.second_moment())
 
     def n_rows_bound(self, n_tokens):
         """Number of feature rows (an upper bound for ``readout="all"`` on chunked data)."""
