@@ -29,7 +29,8 @@ from threadpoolctl import threadpool_limits
 
 from sklearn_linattn._memory import default_memory_budget, n_pairs
 from sklearn_linattn._solvers import cg
-from sklearn_linattn._solvers.cg import _cg_cache_dtype
+from sklearn_linattn._solvers import Design
+from sklearn_linattn._solvers.cg import cg_cache_dtype
 
 GB = 1e9
 
@@ -41,8 +42,8 @@ def time_passes(d, n_samples, n_tokens, columns, repeats, seed=0):
     lengths = np.full(n_samples, n_tokens)
     out = {}
     for cache in (None, "float32", "float64"):
-        op = cg._ImplicitGram(X, lengths, "last", cache_dtype=cache)
-        op.setup(None)
+        op = cg._ImplicitGram(Design.of_arrays(X, lengths), cache_dtype=cache)
+        op.setup()
         V = rng.standard_normal((op.psi, columns))
         best = math.inf
         for _ in range(repeats):
@@ -79,7 +80,7 @@ def main(argv=None):
     x_bytes = N * n * d * 8
     cache = {"float64": N * (P + d + 1) * 8, "float32": N * (P + d + 1) * 4}
     lanczos = min(1000 * psi * 4, budget / 16)
-    chosen = _cg_cache_dtype(N, d)
+    chosen = cg_cache_dtype(N, d)
     print(f"d = {d}: psi = {psi}, full N = {N} ({args.ratio} psi) sequences of {n} tokens, "
           f"{args.threads} threads; passes timed on {args.n_samples} sequences, x {scale:.1f}")
     print(f"memory: X {x_bytes / GB:.1f} GB (float64); row-factor cache "

@@ -36,7 +36,6 @@ from sklearn_linattn import LinearAttentionRegressor, mhla_forward
 from sklearn_linattn import _spectrum as spectrum
 from sklearn_linattn._solvers import Design
 from sklearn_linattn._solvers import cg
-from sklearn_linattn._standardize import TokenStandardizer
 
 
 def teacher_data(rng, n_samples, n_tokens, d, *, token_scale):
@@ -116,8 +115,8 @@ def time_products(X, repeats=2):
     lengths = np.full(X.shape[0], X.shape[1])
     out = {}
     for cache in (None, "float64", "float32"):
-        op = cg._ImplicitGram(X, lengths, "last", cache_dtype=cache)
-        op.setup(None)
+        op = cg._ImplicitGram(Design.of_arrays(X, lengths), cache_dtype=cache)
+        op.setup()
         v = np.random.default_rng(0).standard_normal((op.psi, 1))
         best = (np.inf, np.inf)
         for _ in range(repeats):
@@ -153,8 +152,7 @@ def time_solve(X, y, cache="auto", tol=1e-8):
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            design = Design(X, lengths, y[:, None], "last", None,
-                            TokenStandardizer.identity(X.shape[2], 1), np.dtype(np.float64))
+            design = Design.of_arrays(X, lengths, y[:, None])
             solution = cg.solve_cg(design, 0.0, dict(tol=tol, cache_dtype=cache))
         total = time.perf_counter() - start
     finally:

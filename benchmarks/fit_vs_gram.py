@@ -34,19 +34,22 @@ from sklearn_linattn import LinearAttentionFeatures, LinearAttentionRegressor
 from sklearn_linattn._certificate import IdentifiabilityCertificate
 from sklearn_linattn._features import n_attention_features, row_factors
 from sklearn_linattn._heads import heads_from_coefficients
-from sklearn_linattn._solvers import SufficientStatistics, choose_solver, solve_statistics
+from sklearn_linattn._problem import StandardizedProblem, keep_rows
+from sklearn_linattn._solvers import REGISTRY, choose_solver
+from sklearn_linattn._terms import LinearTerms
 from sklearn_linattn._training import TrainingData
 from sklearn_linattn.datasets import make_random_mhla
 
-STAGES = ("validation", "statistics", "solve", "certificate", "heads")
+STAGES = ("validation", "pass", "solve", "certificate", "heads")
 STAGE_TEXT = {
-    "validation": "validation and standardized coordinates (one pass over X)",
-    "statistics": "statistics pass (the chunks of a large X checked again, tokens whitened, "
-                  "moments formed, rows accumulated into Phi^T Phi and Phi^T y)",
+    "validation": "validation of the first chunk and the choice of solver",
+    "pass": "the one pass over X (chunks validated, moments formed, coordinates gathered, "
+            "rows mapped and accumulated into Phi^T Phi and Phi^T y, mapped into the final "
+            "coordinates)",
     "solve": "solve (Gram expansion, Cholesky or eigendecomposition, extreme eigenvalues, "
              "coefficients)",
     "certificate": "certificate",
-    "heads": "heads (SVD of the folded coefficients)",
+    "heads": "heads (SVD of the folded coefficients, mapped back to the data's units)",
 }
 
 
@@ -70,12 +73,13 @@ def fit_stages(X, y, estimator=None):
 
     The stages are those of ``LinearAttentionRegressor.fit`` for a NumPy X
     with readout "last", no sample weights, no intercept or skip term and no
-    head compression (the defaults): ``validation`` (the checks of X and y
-    and the standardized coordinates, one pass), ``statistics`` (the pass
-    accumulating ``Phi^T Phi`` and ``Phi^T y``), ``solve`` (Gram expansion,
-    factorisation or eigendecomposition, extreme eigenvalues, coefficients),
-    ``certificate`` (from the solve's spectrum) and ``heads`` (SVD of the
-    folded coefficients, mapped back to the data's units).
+    head compression (the defaults): ``validation`` (the checks of the first
+    chunk and the solver's choice), ``pass`` (the one pass over X: chunks
+    validated, moments, standardized coordinates, ``Phi^T Phi`` and
+    ``Phi^T y``), ``solve`` (Gram expansion, factorisation or
+    eigendecomposition, extreme eigenvalues, coefficients), ``certificate``
+    (from the solve's spectrum) and ``heads`` (SVD of the folded
+    coefficients, mapped back to the data's units).
 
     Parameters
     ----------
@@ -100,25 +104,28 @@ def fit_stages(X, y, estimator=None):
     Xf, _, Yf, _, _ = data.first()
     d, d_out = Xf.shape[2], Yf.shape[-1]
     psi = n_attention_features(d)
-    solver = choose_solver(est.solver, data.n_rows_bound(Xf.shape[1]), psi)
-    standardizer = data.scales().finish()
+    n_rows = data.n_rows_bound(Xf.shape[1])
+    solver = choose_solver(est.solver, n_rows, psi)
+    terms = LinearTerms(d)
     t1 = time.perf_counter()
-    stats = SufficientStatistics(d, d_out, standardizer=standardizer)
-    for Xb, lb, Yb, wb in data.solver_batches():
-        stats.update(Xb, lb, Yb, readout=est.readout, sample_weight=wb)
+    problem = StandardizedProblem.from_data(
+        data, readout=est.readout, d_out=d_out, terms=terms,
+        keep=keep_rows(solver, n_rows, d, d_out), statistics=REGISTRY[solver].statistics)
     t2 = time.perf_counter()
-    solution = solve_statistics(stats, float(est.alpha), solver)
+    solution = problem.solve(solver, float(est.alpha))
     t3 = time.perf_counter()
     cert = IdentifiabilityCertificate._from_solution(
-        solution, stats, readout=est.readout, **est._layout(), n_tokens=stats.n_tokens,
-        coef=solution.standardized_coef,
+        solution, solution.counts, readout=est.readout, **est._layout(),
+        n_tokens=solution.counts.n_tokens, coef=solution.coef,
     )
     t4 = time.perf_counter()
-    folded = standardizer.folded(solution.standardized_coef)
+    standardizer = problem.standardizer
+    folded = standardizer.folded(solution.coef)
     V, Q = standardizer.heads_to_user(*heads_from_coefficients(folded, d))
+    coef = standardizer.coef_to_user(solution.coef)
     t5 = time.perf_counter()
     seconds = dict(zip(STAGES, np.diff([t0, t1, t2, t3, t4, t5]).tolist()))
-    return seconds, dict(coef=solution.coef, V=V, Q=Q, certificate=cert, solver=solution.method)
+    return seconds, dict(coef=coef, V=V, Q=Q, certificate=cert, solver=solution.method)
 
 
 def check_stages(result, model):

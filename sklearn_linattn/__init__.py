@@ -10,7 +10,8 @@ from ._features import attention_kernel
 from ._repair import RepairResult, repair_certificate
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
 from ._heads import compress_heads, heads_from_coefficients
-from ._fewheads import HeadsFit, LocalCertificate, certify_heads_locally, fit_heads
+from ._fewheads import HeadsFit, fit_heads
+from ._local_certificate import LocalCertificate, certify_heads_locally
 from .layouts import (
     heads_from_paper,
     heads_from_projections,

@@ -283,15 +283,15 @@ def _block_statistics(X, y, sample_weight, offset, *, readout, token_dim, n_feat
                       data_format, standardizer, terms=(False, False)):
     """Sufficient statistics of one block of sequences, or None for an empty block.
 
-    ``terms`` (intercept, skip) appends the term columns to the targets, in
-    the augmented ``standardizer``.
+    ``terms`` (intercept, skip) appends the term columns ``[1, x]`` of the
+    standardized row tokens to the targets.
     """
     def statistics(X, lengths, Y, w):
         extra = LinearTerms(X.shape[2], intercept=terms[0], skip=terms[1])
-        if extra:
-            Y = extra.with_targets(X, lengths, Y, readout)
-        return SufficientStatistics(X.shape[2], Y.shape[-1], standardizer=standardizer).update(
-            X, lengths, Y, readout=readout, sample_weight=w)
+        stats = SufficientStatistics(X.shape[2], Y.shape[-1] + extra.n_terms,
+                                     standardizer=standardizer)
+        return stats.update(X, lengths, Y, readout=readout, sample_weight=w,
+                            terms=extra if extra else None)
     return _on_block(statistics, X, y, sample_weight, offset, readout=readout,
                      token_dim=token_dim, n_features_in=n_features_in, data_format=data_format)
 
@@ -693,8 +693,6 @@ default=None
                       n_features_in=n_features_in, split_every=split_every, timeout=timeout,
                       data_format=data_format)
         standardizer = dask_coordinates(dask_scales(X, y, **kwargs), X, y, **kwargs)
-    if any(terms) and standardizer is None:
-        raise ValueError("terms need the augmented standardizer of the term columns.")
     result, n_tokens = _reduction(
         X, y, _block_statistics, _merge_blocks, "statistics", readout=readout,
         token_dim=token_dim, sample_weight=sample_weight, n_features_in=n_features_in,

@@ -31,8 +31,9 @@ import numpy as np
 from ._dask import _check_outputs, _compute, _distributed_client, _on_block, block_tasks, \
     tree_reduce
 from ._features import n_attention_features
-from ._solvers import RowCounts
-from ._solvers.cg import _cg_cache_dtype, _ImplicitGram, solve_implicit
+from ._solvers import Design, RowCounts
+from ._solvers._rows import count_rows
+from ._solvers.cg import _ImplicitGram, cg_cache_dtype, solve_implicit
 from ._terms import LinearTerms
 
 __all__ = ["dask_solve_cg"]
@@ -46,21 +47,23 @@ class _BlockRows:
     def __init__(self, X, lengths, Y, w, *, readout, standardizer, terms, memory_budget):
         d = X.shape[2]
         extra = LinearTerms(d, intercept=terms[0], skip=terms[1])
-        if extra:
-            Y = extra.with_targets(X, lengths, Y, readout)
-        self.counts = RowCounts(d, Y.shape[-1], standardizer=standardizer)
-        self.counts.update(X, lengths, Y, readout=readout, sample_weight=w)
+        self.counts = RowCounts(d, Y.shape[-1] + extra.n_terms, standardizer=standardizer)
+        self.counts.readout = readout
+        self.counts.terms = extra if extra else None
+        self.counts.note_sequences(X.shape[0] if w is None else int(np.count_nonzero(w > 0)),
+                                   X.shape[1], X.dtype)
         self.op = self.setup = None  # a block without rows of positive weight adds nothing
-        if self.counts.n_rows:
-            cache_dtype = _cg_cache_dtype(self.counts.n_rows, d, memory_budget)
-            self.op = _ImplicitGram(X, lengths, readout, w, cache_dtype=cache_dtype,
-                                    standardizer=standardizer, n_rows=self.counts.n_rows)
-            self.setup = self.op.setup(Y)
+        n_rows = count_rows(lengths, readout, w)
+        if n_rows:
+            design = Design(None, (X, lengths, Y, w), readout, standardizer,
+                            extra if extra else None, self.counts.dtype, n_rows)
+            self.op = _ImplicitGram(design, cache_dtype=cg_cache_dtype(n_rows, d, memory_budget))
+            self.setup = self.op.setup(self.counts)
 
     def __sizeof__(self):
         # What the scheduler weighs before moving a block: without it the block
         # looks tiny, and work stealing would ship caches between workers.
-        arrays = [] if self.op is None else [self.op.X, self.op.lengths, self.op.sample_weight]
+        arrays = [] if self.op is None else list(self.op.design.arrays)
         if self.op is not None and self.op._cache is not None:
             arrays += list(self.op._cache)
         arrays += [] if self.setup is None else list(self.setup.values())
@@ -214,7 +217,7 @@ def _check_scheduler():
 def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_weight=None,
                   n_features_in=None, split_every=None, timeout=None,
                   data_format="channels_last", terms=(False, False), alpha=0.0, tol=1e-8,
-                  max_iter=None, memory_budget=None):
+                  max_iter=None, memory_budget=None, residuals=False):
     """The ``"cg"`` fit and certificate of a dask array, matrix-free on its blocks.
 
     Parameters
@@ -223,8 +226,7 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
         As for :func:`~sklearn_linattn._dask.dask_sufficient_statistics`.
     standardizer : TokenStandardizer
         The standardized coordinates (from
-        :func:`~sklearn_linattn._dask.dask_scales`; augmented by the term
-        columns when ``terms`` has one).
+        :func:`~sklearn_linattn._dask.dask_coordinates`).
     timeout : float or None, default=None
         Seconds for the whole solve on a ``distributed`` cluster (None: the
         dask config key ``sklearn-linattn.timeout``, default no limit); a
@@ -237,6 +239,9 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
         Each worker's budget for its block's cache (None: half the physical
         memory of the worker's machine); the client's for the Lanczos
         vectors.
+    residuals : bool, default=False
+        Keep ``G coef^T`` and the normal-equation residual of an unpenalized
+        fit (the term columns' certificate needs them).
 
     Returns
     -------
@@ -259,13 +264,13 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
     >>> import numpy as np
     >>> import pytest
     >>> da = pytest.importorskip("dask.array")  # skips this example without dask
-    >>> from sklearn_linattn._dask import dask_scales
+    >>> from sklearn_linattn._dask import dask_coordinates, dask_scales
     >>> from sklearn_linattn._dask_cg import dask_solve_cg
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(200, 6, 2))
     >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1) / 6
     >>> Xd, yd = da.from_array(X, chunks=50), da.from_array(y, chunks=50)
-    >>> standardizer = dask_scales(Xd, yd).finish()
+    >>> standardizer = dask_coordinates(dask_scales(Xd, yd), Xd, yd)
     >>> solution, single = dask_solve_cg(Xd, yd, standardizer=standardizer)
     >>> solution.counts.n_samples, solution.rank, single
     (200, 6, True)
@@ -305,7 +310,8 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
                        deadline=deadline, name=name, timeout=timeout)
         solution = solve_implicit(op, setup, standardizer=standardizer, dtype=counts.dtype,
                                   alpha=alpha, options=dict(tol=tol, max_iter=max_iter,
-                                                            memory_budget=memory_budget))
+                                                            memory_budget=memory_budget,
+                                                            residuals=residuals))
     finally:
         _release(blocks)
     solution.counts = counts

@@ -6,17 +6,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ._base import AttentionHeadsRegressorMixin
-from ._certificate import IdentifiabilityCertificate
-from ._dask import is_dask_collection
-from ._features import (
-    features_matvec,
-    n_attention_features,
-    row_factors,
-)
-from ._attention import attention_coefficients
-from ._fewheads import fit_heads, fit_heads_memory, fit_heads_work
-from ._heads import CompressionJudge, compress_heads, heads_from_coefficients
-from ._memory import iter_sample_chunks, n_pairs, real_tokens, resolve_budget, sample_values
+from ._dask import dask_coordinates, dask_scales, dask_sufficient_statistics, \
+    is_dask_collection
+from ._dask_cg import dask_solve_cg
+from ._features import features_matvec, n_attention_features, row_factors
+from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
+from ._model import fit_model
+from ._problem import StandardizedProblem, keep_rows
 from ._solvers import (
     REGISTRY,
     SOLVERS,
@@ -24,18 +20,11 @@ from ._solvers import (
     SufficientStatistics,
     check_solver_memory,
     choose_solver,
-    solve,
-    solve_statistics,
     solver_memory,
 )
-from ._solvers._rows import count_rows
-from ._terms import LinearTerms, fit_terms
+from ._standardize import SAFE_EXPONENT, TokenStandardizer, scale_per_sample
+from ._terms import LinearTerms
 from ._training import TrainingData
-from ._standardize import (
-    SAFE_EXPONENT,
-    TokenStandardizer,
-    scale_per_sample,
-)
 from ._validation import (
     check_data_format,
     check_number,
@@ -45,12 +34,6 @@ from ._validation import (
 )
 
 __all__ = ["LinearAttentionRegressor"]
-
-# fit fits k heads to the data directly (n_heads below an unidentified fit)
-# only when one Levenberg-Marquardt step (an SVD of the Jacobian) stays below
-# this many floating-point operations, about a second here: restarts and
-# iterations multiply it.
-_DIRECT_FIT_WORK = 2e9
 
 
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
@@ -377,62 +360,46 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
         Xf, _, Yf, single, _ = data.first()
         d, d_out = Xf.shape[2], Yf.shape[-1]
+        terms = self._terms(d)
         psi = n_attention_features(d)
         n_rows = data.n_rows_bound(Xf.shape[1])
         solver = choose_solver(self.solver, n_rows, psi)
         check_solver_memory(solver, n_rows, psi)
-        scales = data.scales()
-        self._log("standardized coordinates", start)
-        terms = self._terms(d)
-        standardizer = data.coordinates(scales)
+        problem = StandardizedProblem.from_data(
+            data, readout=self.readout, d_out=d_out, terms=terms,
+            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms,
+                           direct=self.n_heads is not None and not terms),
+            statistics=REGISTRY[solver].statistics)
+        self._log("standardized coordinates and rows (one pass)", start)
+        self._scales = problem.scales
+        return self._finish(problem, solver, single, start)
 
-        # The term columns (if any) ride along as extra targets of the same solve.
-        def batches():
-            for Xb, lb, Yb, wb in data.solver_batches():
-                yield Xb, lb, terms.with_targets(Xb, lb, Yb, self.readout) if terms else Yb, wb
-
-        def arrays(copy):
-            Xa, la, Ya, wa = data.arrays(copy)
-            return Xa, la, terms.with_targets(Xa, la, Ya, self.readout) if terms else Ya, wa
-
-        if terms:
-            standardizer = terms.augment(standardizer, d_out)
-
-        def run(alpha):
-            return solve(
-                batches, arrays, d=d, d_out=d_out + terms.n_terms, readout=self.readout,
-                solver=solver, standardizer=standardizer, alpha=alpha,
-                tol=float(self.tol), max_iter=self.max_iter,
-            )
-
-        solution = run(float(self.alpha))
-        self._scales = scales
-        if REGISTRY[solver].statistics:
-            self._stats = solution.counts
-        self._set_solution(solution, single_output=single, start=start,
-                           batches=batches, resolve=lambda: run(0.0),
-                           direct=None if terms else lambda: self._direct_heads(data))
+    def _finish(self, problem, solver, single_output, start):
+        """The rest of every fit: solve, certify, heads, and the one conversion back."""
+        model = fit_model(
+            problem, solver=solver, alpha=float(self.alpha), tol=float(self.tol),
+            max_iter=self.max_iter, n_heads=self.n_heads, random_state=self.random_state,
+            log=lambda message: self._log(message, start), **self._layout())
+        if REGISTRY[model.solver].statistics:
+            self._stats = model.counts
+        attributes = model.to_user()
+        for name, value in attributes.items():
+            setattr(self, name, value)
+        self.standardization_ = model.standardizer
+        self.certificate_ = model.certificate
+        self.local_certificate_ = model.local_certificate
+        self.compression_residual_ = model.compression_residual
+        self.feature_rank_ = model.feature_rank
+        self.solver_ = model.solver
+        self.n_iter_ = model.n_iter
+        self._standardized_heads = (model.V, model.Q)
+        self._standardized_coef = model.coef
+        self._stats_terms = (self.fit_intercept, self.fit_skip)
+        self.n_heads_ = model.V.shape[0]
+        self.n_features_in_ = problem.d
+        self.n_outputs_ = problem.d_out
+        self._single_output = bool(single_output)
         return self
-
-    def _direct_heads(self, data):
-        """``fit_heads`` on the training data (NaN-padded again, as it reads sequences).
-
-        None when it would not fit the memory budget or its steps would take
-        minutes (the compression's warning then stands; ``fit_heads`` itself
-        can still be called).
-        """
-        X, lengths, Y, w = data.arrays(False)
-        rows = count_rows(lengths, self.readout, w)
-        shape = (rows, X.shape[2], Y.shape[-1], self.n_heads)
-        if (fit_heads_memory(*shape) > resolve_budget(None)
-                or fit_heads_work(*shape) > _DIRECT_FIT_WORK):
-            return None
-        real = real_tokens(lengths, X.shape[1])
-        X = np.where(real[:, :, None], X, np.nan)
-        if self.readout == "all":
-            Y = np.where(real[:, :, None], Y, np.nan)
-        return fit_heads(X, Y, self.n_heads, readout=self.readout, sample_weight=w,
-                         random_state=self.random_state)
 
     def partial_fit(self, X, y, sample_weight=None):
         """Add a batch of sequences to the fit (incremental sufficient statistics).
@@ -493,41 +460,37 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"partial_fit (fit_intercept={self._stats_terms[0]}, fit_skip="
                 f"{self._stats_terms[1]}); call fit to start afresh."
             )
+        earlier = getattr(self, "_scales", None) if previous is not None else None
+        given = previous.standardizer if previous is not None and earlier is None else None
         if is_dask_collection(X) or is_dask_collection(y):
-            from ._dask import dask_sufficient_statistics
-
             kwargs, scales, standardizer, terms = self._dask_coordinates(
-                X, y, sample_weight, n_features_in, previous)
+                X, y, sample_weight, n_features_in, earlier, given)
             stats, _, single = dask_sufficient_statistics(
                 X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
-            self._check_outputs(stats.d_out, previous, self._terms(stats.d).n_terms)
+            self._check_outputs(stats.d_out, previous, terms.n_terms)
         else:
             data = TrainingData(X, y, sample_weight, layout=self._layout(),
                                 readout=self.readout, n_features_in=n_features_in)
             Xf, _, Yf, single, _ = data.first()
-            terms = self._terms(Xf.shape[2])
-            self._check_outputs(Yf.shape[-1] + terms.n_terms, previous, terms.n_terms)
+            d, d_out = Xf.shape[2], Yf.shape[-1]
+            terms = self._terms(d)
+            self._check_outputs(d_out + terms.n_terms, previous, terms.n_terms)
             if previous is None:
-                self._check_statistics_fit(Xf.shape[2])
+                self._check_statistics_fit(d)
             # The standardized coordinates of all the data seen so far.  This
             # call's batch is accumulated separately, so that an invalid chunk
             # leaves the model as it was.
-            scales, standardizer = self._continued_scales(data.scales(), previous,
-                                                          data.coordinates)
-            if terms and scales is not None:
-                standardizer = terms.augment(standardizer, Yf.shape[-1])
-            stats = SufficientStatistics(Xf.shape[2], Yf.shape[-1] + terms.n_terms,
-                                         standardizer=standardizer)
-            for Xc, lc, Yc, wc in data.solver_batches():
-                if terms:
-                    Yc = terms.with_targets(Xc, lc, Yc, self.readout)
-                stats.update(Xc, lc, Yc, readout=self.readout, sample_weight=wc)
+            problem = StandardizedProblem.from_data(
+                data, readout=self.readout, d_out=d_out, terms=terms, statistics=True,
+                previous=earlier, standardizer=given,
+                provisional=None if previous is None else previous.standardizer)
+            stats, scales = problem.statistics(), problem.scales
         if previous is not None:
             stats = previous.restandardized(stats.standardizer).merge(stats)
             single = self._single_output
         self._log(f"statistics of {stats.n_rows} feature rows", start)
         self._fit_statistics(stats, single_output=single, start=start)
-        self._scales = scales
+        self._scales = None if given is not None else scales
         return self
 
     def _previous_statistics(self):
@@ -577,19 +540,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "memory; use fit with solver='cg'."
             )
 
-    def _continued_scales(self, scales, previous, coordinates):
-        """Merge new token magnitudes into those of earlier calls.
-
-        Returns the merged magnitudes and their standardized coordinates;
-        statistics given by hand (``_fit_statistics``) keep their coordinates.
-        """
-        earlier = getattr(self, "_scales", None) if previous is not None else None
-        if previous is not None and earlier is None:
-            return None, previous.standardizer
-        if earlier is not None:
-            scales = earlier.copy().merge(scales)
-        return scales, coordinates(scales)
-
     def _fit_dask(self, X, y, sample_weight, start):
         """``fit`` on dask input: statistics reduced on the workers, or "cg" on the blocks."""
         choose_solver(self.solver, 1, 1, dask=True)  # refuses solvers without a dask path
@@ -597,46 +547,43 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         psi = n_attention_features(standardizer.d)
         solver = choose_solver(self.solver, psi, psi, dask=True)
         if REGISTRY[solver].dask == "statistics":
-            from ._dask import dask_sufficient_statistics
-
             stats, _, single = dask_sufficient_statistics(
-                X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip),
-                **kwargs)
+                X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
             self._fit_statistics(stats, single_output=single, start=start)
         else:
-            from ._dask_cg import dask_solve_cg
+            outputs = []
 
-            def run(alpha):
-                return dask_solve_cg(
+            def run(alpha, *, tol, max_iter, residuals):
+                solution, single = dask_solve_cg(
                     X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip),
-                    alpha=alpha, tol=float(self.tol), max_iter=self.max_iter, **kwargs)
+                    alpha=alpha, tol=tol, max_iter=max_iter, residuals=residuals, **kwargs)
+                outputs.append(single)
+                return solution
 
-            solution, single = run(float(self.alpha))
-            self._set_solution(solution, single_output=single, start=start,
-                               resolve=lambda: run(0.0)[0])
+            # The solve runs on the blocks: the problem only knows its coordinates.
+            problem = StandardizedProblem(standardizer, None, readout=self.readout, d_out=None,
+                                          terms=terms, external=run)
+            self._finish(problem, solver, False, start)
+            self._single_output = bool(outputs[0])
         self._scales = scales
         return self
 
-    def _dask_coordinates(self, X, y, sample_weight, n_features_in=None, previous=None):
+    def _dask_coordinates(self, X, y, sample_weight, n_features_in=None, earlier=None,
+                          given=None):
         """The first pass over dask input: the standardized coordinates of all the data.
 
         Returns ``(kwargs, scales, standardizer, terms)``: the arguments of the
-        block functions, the token magnitudes (merged with those of earlier
-        ``partial_fit`` calls), their coordinates (augmented by the term
-        columns) and the terms.
+        block functions, the token magnitudes (merged with ``earlier`` ones of
+        ``partial_fit`` calls), their coordinates (``given`` ones when set)
+        and the terms.
         """
-        from ._dask import dask_coordinates, dask_scales
-
         kwargs = dict(readout=self.readout, sample_weight=sample_weight,
                       n_features_in=n_features_in, **self._layout())
-        scales, standardizer = self._continued_scales(
-            dask_scales(X, y, **kwargs), previous,
-            lambda merged: dask_coordinates(merged, X, y, **kwargs))
-        terms = self._terms(standardizer.d)
-        if terms and scales is not None:  # the term columns ride along as targets
-            standardizer = terms.augment(standardizer, standardizer.y_exponents.size)
-        return kwargs, scales, standardizer, terms
-
+        scales = dask_scales(X, y, **kwargs)
+        if earlier is not None:
+            scales = earlier.copy().merge(scales)
+        standardizer = given if given is not None else dask_coordinates(scales, X, y, **kwargs)
+        return kwargs, scales, standardizer, self._terms(standardizer.d)
 
     def _fit_statistics(self, stats, *, single_output=False, start=None):
         """Finish a fit from sufficient statistics accumulated elsewhere (Dask, tests).
@@ -695,97 +642,13 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             raise ValueError(
                 "every sequence has zero sample weight: there is nothing to fit."
             )
-        solution = solve_statistics(stats, float(self.alpha), self.solver)
+        terms = self._terms(stats.d)
+        problem = StandardizedProblem.from_statistics(stats, d_out=stats.d_out - terms.n_terms,
+                                                      terms=terms)
+        solver = choose_solver(self.solver, stats.n_rows, stats.n_features, statistics=True)
+        self._finish(problem, solver, single_output, start)
         self._stats = stats
-        self._set_solution(
-            solution, single_output=bool(single_output), start=start,
-            resolve=lambda: solve_statistics(stats, 0.0, self.solver),
-        )
         return self
-
-    def _fit_heads_directly(self, direct, judge, V, Q, excess, standardizer, folded, start):
-        """Heads fitted to the data (``fit_heads``) when they fit better than the compression.
-
-        Returns the heads kept and their excess risk.
-        """
-        fitted = direct()
-        if fitted is None:
-            return V, Q, excess
-        Vd, Qd = standardizer.heads_from_user(fitted.V, fitted.Q)
-        excess_d = judge.excess(Vd, Qd)
-        if not excess_d < excess:
-            return V, Q, excess
-        self.local_certificate_ = fitted.certificate
-        norm = np.linalg.norm(folded)
-        gap = np.linalg.norm(attention_coefficients(Vd, Qd) - folded)
-        self.compression_residual_ = float(gap / norm) if norm > 0 else float(gap)
-        self._log(f"{self.n_heads} heads fitted to the data directly (local certificate "
-                  f"{'holds' if fitted.certificate else 'fails'})", start)
-        return Vd, Qd, excess_d
-
-    def _set_solution(self, solution, *, single_output, start, batches=None, resolve=None,
-                      direct=None):
-        counts = solution.counts
-        d = counts.d
-        self._log(f"least squares on {n_attention_features(d)} features "
-                  f"(solver={solution.method!r})", start)
-        terms = self._terms(d)
-        d_out = counts.d_out - terms.n_terms
-        self._stats_terms = (self.fit_intercept, self.fit_skip)
-        term_space = None
-        self.intercept_, self.skip_coef_ = np.zeros(d_out), np.zeros((d_out, d))
-        if terms:
-            solution, term_space, self.intercept_, self.skip_coef_ = fit_terms(
-                solution, terms, d_out, batches=batches, resolve=resolve,
-                alpha=float(self.alpha),
-            )
-        standardizer = solution.standardizer
-        self.coef_ = solution.coef
-        self.standardization_ = standardizer
-        self.feature_rank_ = solution.rank
-        self.solver_ = solution.method
-        self.n_iter_ = max(1, int(solution.n_iter))
-        # Same spectrum, same tolerance: no second pass over the data.
-        self.certificate_ = IdentifiabilityCertificate._from_solution(
-            solution, counts, readout=self.readout, **self._layout(),
-            n_tokens=counts.n_tokens, coef=solution.standardized_coef, terms=term_space,
-        )
-        # Heads are found in the standardized coordinates, where the
-        # coefficients are well scaled, and mapped back (the same function).
-        coef_std = solution.standardized_coef
-        folded = standardizer.folded(coef_std)
-        V, Q = heads_from_coefficients(folded, d)
-        self._log(f"{V.shape[0]} heads from the SVD", start)
-        self.compression_residual_ = None
-        self.local_certificate_ = None
-        if self.n_heads is not None and V.shape[0] > self.n_heads:
-            judge = CompressionJudge(self.certificate_, counts, coef_std, standardizer,
-                                     n_outputs=d_out)
-            V, Q, self.compression_residual_ = compress_heads(
-                folded, d, self.n_heads, tol=judge.tolerance(), random_state=self.random_state,
-                warn=False,
-            )
-            excess = judge.excess(V, Q)
-            if direct is not None and not self.certificate_ and judge.is_material(excess):
-                # The data do not determine the unconstrained fit, and its
-                # minimum-norm point has no k-head form: fit k heads to the data.
-                V, Q, excess = self._fit_heads_directly(direct, judge, V, Q, excess,
-                                                        standardizer, folded, start)
-            judge.warn_if_material(excess, self.n_heads)
-            self._log(
-                f"compressed to {self.n_heads} heads, relative coefficient residual "
-                f"{self.compression_residual_:.2e}",
-                start,
-            )
-        self._standardized_heads = (V, Q)
-        self._standardized_coef = coef_std
-        V, Q = standardizer.heads_to_user(V, Q)
-        self.value_matrices_ = V
-        self.key_query_matrices_ = Q
-        self.n_heads_ = V.shape[0]
-        self.n_features_in_ = d
-        self.n_outputs_ = d_out
-        self._single_output = bool(single_output)
 
     def predict_from_coefficients(self, X):
         """Predict with ``coef_`` on the cubic features instead of the heads.

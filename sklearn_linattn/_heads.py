@@ -577,50 +577,94 @@ class CompressionJudge:
 
     The compression matches coefficients; what matters is the fit.  The
     excess empirical risk of coefficients c over the unconstrained minimizer
-    c* is exactly ``(c - c*)^T Lambda_D (c - c*)`` (the certificate's
-    quadratic form), and the minimizer's own residual risk is
-    ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the standardized
-    units).  On noisy data even the right number of heads raises the
-    training risk: the unconstrained fit spends its p = rank * d_out degrees
-    of freedom on the noise too, about ``p / (N - p)`` of R* more than a
-    smaller model containing the truth (N feature rows), and the compression
-    minimises the coefficients' Euclidean distance, not this risk (measured:
-    up to 4 times that on Gaussian designs with the generator's head count).
-    A compression is material when its excess risk exceeds ``max(0.01, 6 p /
-    (N - p))`` times R*, plus ``(1e-8)**2`` of the explained energy ``c*^T
-    Lambda_D c*``: worse than the data's own noise explains, or, on exact
-    data, a visible change of the function.  Without a quadratic form (``"cg"``) its extreme
-    eigenvalues bound both sides, so that a warning is only given when the
-    bounds prove the compression material.
+    c* is exactly ``(c - c*)^T Lambda_D (c - c*)``, and the minimizer's own
+    residual risk is ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the
+    standardized units).  On noisy data even the right number of heads raises
+    the training risk: the unconstrained fit spends its p = rank * d_out
+    degrees of freedom on the noise too, about ``p / (N - p)`` of R* more than
+    a smaller model containing the truth (N feature rows), and the
+    compression minimises the coefficients' Euclidean distance, not this risk
+    (measured: up to 4 times that on Gaussian designs with the generator's
+    head count).  A compression is material when its excess risk exceeds
+    ``max(0.01, 6 p / (N - p))`` times R*, plus ``(1e-8)**2`` of the explained
+    energy ``c*^T Lambda_D c*``: worse than the data's own noise explains, or,
+    on exact data, a visible change of the function.
+
+    ``Lambda_D`` enters through the row space's quadratic form; a solver that
+    keeps none (``"cg"``) gives products with the Gram matrix instead, or, on
+    dask input, the moment ``Phi^T W Y`` (the explained energy ``c*^T b / W``)
+    and its extreme eigenvalues, which bound the excess: a compression is then
+    judged material unless its upper bound proves otherwise.
+
+    Parameters
+    ----------
+    coef : ndarray of shape (d_out, psi)
+        The unconstrained standardized coefficients c*.
+    spectrum : RowSpace
+        ``quadratic``, ``lambda_max``, ``lambda_min``, ``lambda_min_error``
+        and ``rank`` of ``Lambda_D``.
+    counts : RowCounts
+        ``n_rows``, ``weight_sum`` and the targets' ``y_sq``.
+    pair_weights : ndarray of shape (P,)
+        Weights of the folded moments in the standardized features.
+    n_outputs : int or None
+        Real outputs (targets beyond are term columns).
+    gram : callable or None
+        ``gram(V)``: exact products ``G V`` (V of shape (psi, k)).
+    moment : ndarray of shape (psi, d_out) or None
+        ``Phi^T W Y`` of the real outputs.
+    accuracy : float or None
+        Relative accuracy of c* when the solver is iterative (its stopping
+        tolerance times the square root of the condition number): c* itself
+        is then that far from the exact minimizer, and the "visible change"
+        allowance is at least its square times the explained energy.
     """
 
     _NOISE_FRACTION = 1e-2
     _NOISE_DOF = 6.0
     _EXACT_RELATIVE = 1e-8
 
-    def __init__(self, certificate, counts, coef, standardizer, n_outputs=None):
-        self.cert, self.coef, self.st = certificate, coef, standardizer
-        dof = certificate.rank * coef.shape[0]
+    def __init__(self, coef, spectrum, counts, *, pair_weights, n_outputs=None, gram=None,
+                 moment=None, accuracy=None):
+        self.spectrum, self.coef, self.gram = spectrum, coef, gram
+        self.exact_relative = max(self._EXACT_RELATIVE, 0.0 if accuracy is None else accuracy)
+        self.pair_weights = np.asarray(pair_weights, dtype=np.float64)
+        dof = spectrum.rank * coef.shape[0]
         spare = counts.n_rows * coef.shape[0] - dof
         self.noise_fraction = max(self._NOISE_FRACTION,
                                   self._NOISE_DOF * dof / spare if spare > 0 else 0.0)
-        W = counts.weight_sum if counts.weight_sum > 0 else float(counts.n_rows)
+        self.W = counts.weight_sum if counts.weight_sum > 0 else float(counts.n_rows)
         # Targets beyond n_outputs are the term columns of fit_intercept / fit_skip.
-        self.y_energy = (float(np.sum(counts.y_sq[:n_outputs])) / W
+        self.y_energy = (float(np.sum(counts.y_sq[:n_outputs])) / self.W
                          if counts.y_sq is not None else 0.0)
-        q = certificate._quadratic(coef)
+        self.lambda_min_lower = max(spectrum.lambda_min - spectrum.lambda_min_error, 0.0)
+        q = self._quadratic(coef)
+        self.exact = q is not None
         if q is not None:
             self.explained = float(np.sum(q))
-            self.exact = True
+        elif moment is not None:  # c*^T G c* = c*^T b at the minimizer
+            self.explained = max(float(np.sum(coef * np.asarray(moment).T)) / self.W, 0.0)
         else:  # lower bound of the explained energy: lambda_min ||c||^2
-            self.explained = max(certificate.min_eigenvalue
-                                 - certificate.min_eigenvalue_error, 0.0) * float(np.sum(coef**2))
-            self.exact = False
+            self.explained = self.lambda_min_lower * float(np.sum(coef**2))
         self.residual_risk = max(self.y_energy - self.explained, 0.0)
+
+    def _quadratic(self, C):
+        """``c^T Lambda_D c`` per row of C, or None when neither a form nor products exist."""
+        C = np.atleast_2d(C)
+        q = self.spectrum.quadratic(C)
+        if q is None and self.gram is not None:
+            q = np.einsum("kp,pk->k", C, self.gram(C.T)) / self.W
+        return q
+
+    def _folded(self, coef):
+        """Coefficients of the features -> folded coefficients (pair weights applied)."""
+        shape = coef.shape
+        return (coef.reshape(shape[0], self.pair_weights.size, -1)
+                * self.pair_weights[:, None]).reshape(shape)
 
     def _allowed(self):
         return (self.noise_fraction * self.residual_risk
-                + self._EXACT_RELATIVE**2 * self.explained)
+                + self.exact_relative**2 * self.explained)
 
     def tolerance(self):
         """A relative coefficient residual below which the compression cannot be material.
@@ -629,19 +673,23 @@ class CompressionJudge:
         coefficients the compression matches are at least as large as the
         standardized ones (pair weights >= 1).
         """
-        top = self.cert.max_eigenvalue
-        norm2 = float(np.sum(self.st.folded(self.coef) ** 2))
+        top = self.spectrum.lambda_max
+        norm2 = float(np.sum(self._folded(self.coef) ** 2))
         if top <= 0 or norm2 <= 0:
             return 1e-10
         return max(1e-10, float(np.sqrt(self._allowed() / (top * norm2))))
 
     def excess(self, V, Q):
         """Excess empirical risk of standardized heads (V, Q) over the unconstrained fit."""
-        delta = self.st.from_folded(attention_coefficients(V, Q)) - self.coef
-        q = self.cert._quadratic(delta) if self.exact else None
-        return float(np.sum(q)) if q is not None else (
-            max(self.cert.min_eigenvalue - self.cert.min_eigenvalue_error, 0.0)
-            * float(np.sum(delta**2)))
+        folded = attention_coefficients(V, Q)
+        pw = self.pair_weights[:, None]
+        delta = (folded.reshape(folded.shape[0], pw.shape[0], -1) / pw).reshape(
+            folded.shape) - self.coef
+        q = self._quadratic(delta) if self.exact else None
+        if q is not None:
+            return float(np.sum(q))
+        # Bounded only: judged by the upper bound, so that nothing material passes.
+        return self.spectrum.lambda_max * float(np.sum(delta**2))
 
     def is_material(self, excess):
         """Whether an excess risk (:meth:`excess`) is more than the data's noise explains."""

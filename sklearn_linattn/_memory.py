@@ -173,6 +173,8 @@ def iter_sample_chunks(n_samples, values_per_sample, budget=None):
     if budget is None:
         working = float(get_config()["working_memory"]) * 2**20
         budget = int(min(CHUNK_BYTES, working)) // 8
+    if int(n_samples) == 0:
+        return
     step = max(1, int(budget) // max(1, int(values_per_sample)))
     yield from gen_batches(int(n_samples), step)
 

@@ -9,8 +9,9 @@ solver works on standardized tokens
 
     x_std = W^T (2**-e * x)        (rows: X_std = ldexp(X, -e) @ W)
 
-- ``e`` (one integer per coordinate) brings each coordinate's largest
-  magnitude into [1, 2): an exact power-of-two scaling, never rounding;
+- ``e`` (one integer per coordinate) brings each coordinate's largest root
+  sum of squares over one sequence into [1, 2): an exact power-of-two
+  scaling, never rounding;
 - ``W`` whitens the token second moment of the scaled tokens (its inverse
   symmetric square root), so that the standardized tokens have unit second
   moment and the verdict does not depend on units or on mixing maps.
@@ -27,9 +28,12 @@ least-squares solutions, independent of the units and of any invertible
 linear map of the tokens.
 
 Targets are scaled per output by a power of two and sequence weights by one
-power of two, so that no sum overflows.  :class:`TokenStandardizer` maps the
-solvers' results back: coefficients, heads and null directions to the
-user's coordinates, standardized inputs to the user's inputs.
+power of two, so that no sum overflows.  :class:`MomentScales` gathers all
+of it from the per-sequence second moments a fit forms anyway, and
+:class:`TokenStandardizer` holds the result: its maps of tokens, targets and
+weights into these coordinates, and back (coefficients, heads and null
+directions to the user's coordinates, standardized inputs to the user's
+inputs).
 """
 
 import numpy as np
@@ -101,6 +105,12 @@ class TokenStandardizer:
         ``y_std = ldexp(y, -y_exponents)``; None leaves targets unscaled.
     weight_exponent : int, default=0
         ``w_std = ldexp(w, -weight_exponent)``.
+    collinear : bool, default=False
+        Whether the tokens are nearly collinear (their correlation matrix
+        has a condition number above ``2**16``): their standardized moments
+        are then computed from the standardized tokens, not by mapping the
+        moments of the tokens (which would lose ``eps cond`` of the small
+        directions).
 
     Attributes
     ----------
@@ -118,7 +128,9 @@ class TokenStandardizer:
     array([[[1., 1.]]])
     """
 
-    def __init__(self, exponents, whitening=None, y_exponents=None, weight_exponent=0):
+    def __init__(self, exponents, whitening=None, y_exponents=None, weight_exponent=0,
+                 collinear=False):
+        self.collinear = bool(collinear) and whitening is not None
         self.exponents = np.asarray(exponents, dtype=np.int64).reshape(-1)
         self.d = self.exponents.shape[0]
         j, k = pair_indices(self.d)
@@ -616,7 +628,7 @@ class MomentScales:
         W = None
         if self.whiten and self._total > 0 and not self.sparse and self.d > 1:
             W = whitening(self._M / self._total, e, self.dtype)
-        return TokenStandardizer(e, W, ey, ew)
+        return TokenStandardizer(e, W, ey, ew, collinear=self.ill_conditioned)
 
 
 def refined_whitening(standardizer, M):
@@ -634,7 +646,7 @@ def refined_whitening(standardizer, M):
         return standardizer
     W = _symmetric_frame(standardizer.whitening @ D, standardizer.exponents)
     return TokenStandardizer(standardizer.exponents, W, standardizer.y_exponents,
-                             standardizer.weight_exponent)
+                             standardizer.weight_exponent, collinear=standardizer.collinear)
 
 
 def whitening(M, e, dtype=np.float64, *, frame=True):

@@ -23,8 +23,9 @@ certificate's Lambda_D) and K is positive definite; :class:`TermSpace` holds
 K for the certificate.
 
 Everything is computed in standardized coordinates: the term columns are
-``1`` and the tokens scaled by the standardizer's powers of two, carried as
-extra targets (:meth:`LinearTerms.augment`).
+``1`` and the standardized row token, appended to the targets of every row
+(:func:`~._moments.with_terms`); the term coefficients are mapped to the
+data's units once, with the rest of the model (:meth:`LinearTerms.to_user`).
 """
 
 from dataclasses import replace
@@ -32,11 +33,11 @@ from dataclasses import replace
 import numpy as np
 
 from ._features import features_matvec
-from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
-from ._solvers._rows import chunk_rows
-from ._standardize import TokenStandardizer, _check_finite, _ldexp
+from ._memory import n_pairs, real_tokens
+from ._standardize import _check_finite, _ldexp
 
-__all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms"]
+__all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms",
+           "schur_complement"]
 
 _EPS = float(np.finfo(np.float64).eps)
 
@@ -75,33 +76,6 @@ class LinearTerms:
     def __bool__(self):
         return self.n_terms > 0
 
-    def exponents(self, standardizer):
-        """Power-of-two exponents of the term columns in standardized units."""
-        parts = [np.zeros(int(self.intercept), dtype=np.int64)]
-        if self.skip:
-            parts.append(standardizer.exponents)
-        return np.concatenate(parts)
-
-    def augment(self, standardizer, d_out):
-        """The standardizer with the term columns appended to the targets."""
-        ey = (standardizer.y_exponents if standardizer.y_exponents is not None
-              else np.zeros(d_out, dtype=np.int64))
-        return TokenStandardizer(
-            standardizer.exponents, standardizer.whitening,
-            y_exponents=np.concatenate([ey[:d_out], self.exponents(standardizer)]),
-            weight_exponent=standardizer.weight_exponent,
-        )
-
-    @staticmethod
-    def restrict(standardizer, d_out):
-        """The standardizer of the first d_out targets only."""
-        ey = standardizer.y_exponents
-        return TokenStandardizer(
-            standardizer.exponents, standardizer.whitening,
-            y_exponents=None if ey is None else ey[:d_out],
-            weight_exponent=standardizer.weight_exponent,
-        )
-
     def columns(self, X, lengths, readout):
         """Term columns of every row, in the data's units.
 
@@ -122,14 +96,6 @@ class LinearTerms:
         parts = [ones] + ([x] if self.skip else [])
         return np.concatenate(parts, axis=-1)
 
-    def with_targets(self, X, lengths, Y, readout):
-        """Targets with the term columns appended along the last axis."""
-        E = self.columns(X, lengths, readout)
-        Y = np.asarray(Y, dtype=np.float64)
-        if readout == "all":
-            Y = np.where(real_tokens(lengths, Y.shape[1])[:, :, None], Y, 0.0)
-        return np.concatenate([Y, E], axis=-1)
-
     def names(self, input_features):
         """Names of the term columns: ``"1"`` and ``"last[x]"`` per coordinate."""
         return (["1"] if self.intercept else []) + (
@@ -138,8 +104,10 @@ class LinearTerms:
     def to_user(self, beta, standardizer, d_out):
         """Standardized term coefficients (n_terms, d_out) -> ``(intercept, skip)`` in the data's units.
 
-        Both are zero arrays for the terms the model does not have:
-        intercept of shape (d_out,), skip of shape (d_out, d).
+        The skip columns are the standardized tokens ``x T`` (``T = diag(2**-e)
+        W``), so ``skip = 2**ey (T beta)^T``, scaled after the product with W
+        by exact powers of two.  Both are zero arrays for the terms the model
+        does not have: intercept of shape (d_out,), skip of shape (d_out, d).
         """
         ey = standardizer.y_exponents
         # A certificate of inputs alone has no targets: its models are unscaled.
@@ -151,52 +119,46 @@ class LinearTerms:
             intercept = _ldexp(beta[0], ey)
             i = 1
         if self.skip:
-            skip = _ldexp(beta[i:].T, ey[:, None] - standardizer.exponents[None, :])
+            Wb = beta[i:] if standardizer.whitening is None else standardizer.whitening @ beta[i:]
+            skip = _ldexp(Wb.T, ey[:, None] - standardizer.exponents[None, :])
         what = "The intercept and skip coefficients in the data's units"
         return _check_finite(intercept, what), _check_finite(skip, what)
 
     def standardized_rows(self, X, lengths, readout, standardizer):
-        """Term columns in standardized units: ``(n_rows_total, n_terms)`` over every row slot.
+        """Term columns in standardized units: ``[1, x T]`` of every row slot.
 
         Shape (n_samples, n_terms) for ``"last"``, (n_samples, n_tokens,
         n_terms) for ``"all"`` (zero at padding).
         """
         E = self.columns(X, lengths, readout)
-        return np.ldexp(E, -self.exponents(standardizer))
+        if self.skip:
+            i = int(self.intercept)
+            E[..., i:] = standardizer.transform(E[..., i:])
+        return E
 
 
-def cross_products(batches, coef, standardizer, readout):
-    """``E^T W Phi coef^T`` over every training row, for the term columns carried as targets.
+def cross_products(design, coef):
+    """``Y^T W Phi coef^T`` over every training row (the term columns last among the targets).
 
     Parameters
     ----------
-    batches : iterable
-        ``(X, lengths, Y_aug, sample_weight)`` batches whose targets end with
-        the term columns (:meth:`LinearTerms.with_targets`).
+    design : Design
+        The rows (:class:`~._solvers.Design`), targets with the term columns.
     coef : ndarray of shape (k, psi)
         Standardized coefficients.
-    standardizer : TokenStandardizer
-        The augmented standardizer (:meth:`LinearTerms.augment`).
-    readout : {"last", "all"}
 
     Returns
     -------
     cross : ndarray of shape (n_targets, k)
-        ``Y^T W Phi coef^T`` for the standardized targets Y of the batches
-        (term columns included) and rows of positive weight.
     """
-    out = None
-    for X, lengths, Y, w in batches:
-        n_samples, n_tokens, d = X.shape
-        per_row = 2 * n_pairs(d) + 2 * d + 2 * Y.shape[-1] + coef.shape[0]
-        for sl in iter_sample_chunks(n_samples, sample_values(d, n_tokens, readout, per_row)):
-            S, x, wr, Yr = chunk_rows(X, lengths, sl, readout, Y, w, standardizer)
-            if S.shape[0] == 0:
-                continue
-            pred = features_matvec(S, x, coef)
-            Yw = Yr if wr is None else Yr * wr[:, None]
-            part = Yw.T @ pred
-            out = part if out is None else out + part
+    out = np.zeros((design.n_targets, coef.shape[0]))
+    per_row = 2 * n_pairs(design.d) + 2 * design.d + design.n_targets + coef.shape[0]
+    for rows in design.row_chunks(per_row):
+        if rows.n_rows == 0:
+            continue
+        pred = features_matvec(rows.S, rows.x, coef)
+        Yw = rows.Y if rows.w is None else rows.Y * rows.w[:, None]
+        out += Yw.T @ pred
     return out
 
 
@@ -262,9 +224,10 @@ class TermSpace:
     coef_terms : ndarray of shape (n_terms, psi)
         ``c_E`` of the unpenalized (minimum-norm) solve: the attention
         features' best reproduction of each term column.
-    y_cross, cross : ndarray
-        As for :func:`eliminate` (from the unpenalized solve).
-    d_out : int
+    EE : ndarray of shape (n_terms, n_terms)
+        ``E^T W E`` (standardized).
+    K : ndarray of shape (n_terms, n_terms)
+        ``E^T W (I - Pi) E``, or a lower bound of it (:func:`schur_complement`).
     weight_sum : float
         Sum of the standardized row weights W.
     condition : float
@@ -287,15 +250,12 @@ class TermSpace:
         ``rank == n_terms``.
     """
 
-    def __init__(self, terms, coef_terms, y_cross, cross, d_out, *, weight_sum, condition,
-                 beta):
+    def __init__(self, terms, coef_terms, EE, K, *, weight_sum, condition, beta):
         self.terms = terms
         self.n_terms = terms.n_terms
         self.coef_terms = np.asarray(coef_terms, dtype=np.float64)
         self.beta = np.asarray(beta, dtype=np.float64)
         self.weight_sum = float(weight_sum)
-        EE = y_cross[d_out:, d_out:]
-        K = EE - cross[d_out:, d_out:]
         T, mu, V, empty = _normalized_spectrum((K + K.T) / 2, EE)
         self.tol = float(min(0.5, self.n_terms * 16 * _EPS * max(1.0, condition)))
         good = mu > self.tol
@@ -340,59 +300,83 @@ def _condition(solution):
     return lam_max / small if small > 0 else np.inf
 
 
-def fit_terms(solution, terms, d_out, *, batches=None, resolve=None, alpha=0.0):
-    """Split a joint solve into the attention model and its linear terms.
+def schur_complement(solution, EE, cross, d_out):
+    """``K = E^T W (I - Pi) E`` of an unpenalized solve, or a lower bound when it is inexact.
+
+    A direct solve gives ``c_E = G^+ Phi^T W E`` to rounding and ``K = E^T W E
+    - E^T W Phi c_E^T``.  An iterative one (``"cg"``) stops at a residual
+    ``R = Phi^T W E - G C`` of its computed ``C``: then, with ``b = G C + R``,
+
+        b^T G^{-1} b = C^T G C + C^T R + R^T C + R^T G^{-1} R
+                    <= C^T G C + C^T R + R^T C + (||R||^2 / lambda_min) I,
+
+    so ``E^T W E - C^T G C - C^T R - R^T C - ||R||^2 / l I`` is a lower bound of
+    K for any ``l <= lambda_min`` (the certificate's lower bound of it, which
+    holds with the probability it states).  A term direction is then only
+    judged determined when even the bound says so.  Without a positive lower
+    bound of lambda_min the attention features are not identified either, and
+    K is the estimate from the computed coefficients.
+    """
+    if solution.normal_residual is None:
+        return EE - cross
+    C = solution.coef[d_out:]
+    GC = solution.gram_coef[:, d_out:]
+    R = solution.normal_residual[:, d_out:]
+    CR = C @ R
+    K = EE - C @ GC - CR - CR.T
+    floor = solution.lambda_min - solution.lambda_min_error
+    if floor > 0:
+        K = K - (np.linalg.norm(R, 2) ** 2 / floor) * np.eye(K.shape[0])
+    return K
+
+
+def fit_terms(solution, counts, terms, d_out, *, design=None, free=None):
+    """Split a joint solve into the attention model and its linear terms (standardized).
 
     Parameters
     ----------
     solution : SpectralSolution
-        The solve with the term columns as extra targets (augmented
-        standardizer), with its counts.
+        The solve with the term columns as the last targets.
+    counts : RowCounts
+        ``y_cross`` of all the targets (term columns included) and the weight sum.
     terms : LinearTerms
     d_out : int
-        Number of real outputs.
-    batches : callable or None
-        ``batches()`` iterates over the augmented training batches: needed
-        when neither the counts nor the solution hold a moment ``Phi^T W Y``.
-    resolve : callable or None
-        ``resolve()`` returns the unpenalized solve (needed when alpha > 0:
-        the certificate is about the data, never the penalty).
-    alpha : float
-        The ridge penalty of ``solution``.
+        Number of real outputs (0 for a certificate of inputs alone).
+    design : Design or None
+        The rows, for ``E^T W Phi c^T`` when no moment ``Phi^T W Y`` was kept.
+    free : SpectralSolution or None
+        The unpenalized solve when ``solution`` is penalized (the certificate
+        is about the data, never the penalty); None: ``solution`` itself.
 
     Returns
     -------
-    solution : SpectralSolution
-        The attention coefficients alone, in the standardizer of the real
-        outputs.
+    attention : SpectralSolution
+        The attention coefficients alone (None without real outputs).
     space : TermSpace
         The term columns' part of the certificate.
-    intercept, skip : ndarray of shape (d_out,) and (d_out, d)
-        In the data's units.
+    beta : ndarray of shape (n_terms, d_out)
+        Standardized term coefficients.
     """
-    counts = solution.counts
-
     def cross_of(sol):
-        # E^T W Phi C^T from a moment Phi^T W Y when one was computed, else a pass.
+        # Y^T W Phi C^T from a moment Phi^T W Y when one was computed, else a pass.
         moment = getattr(counts, "moment", None)
         moment = sol.moment if moment is None else moment
         if moment is not None:
-            return moment.T @ sol.standardized_coef.T
-        return cross_products(batches(), sol.standardized_coef, sol.standardizer,
-                              counts.readout)
+            return moment.T @ sol.coef.T
+        return cross_products(design, sol.coef)
 
     cross = cross_of(solution)
-    beta, coef = eliminate(solution.standardized_coef, counts.y_cross, cross, d_out)
-    free = solution if not alpha else resolve()
+    beta, coef = eliminate(solution.coef, counts.y_cross, cross, d_out)
+    free = solution if free is None else free
     cross_free = cross if free is solution else cross_of(free)
+    EE = counts.y_cross[d_out:, d_out:]
     space = TermSpace(
-        terms, free.standardized_coef[d_out:], counts.y_cross, cross_free, d_out,
+        terms, free.coef[d_out:], EE, schur_complement(free, EE, cross_free[d_out:, d_out:],
+                                                       d_out),
         weight_sum=counts.weight_sum, condition=_condition(free), beta=beta,
     )
-    standardizer = LinearTerms.restrict(solution.standardizer, d_out)
-    intercept, skip = terms.to_user(beta, solution.standardizer, d_out)
     # Without real outputs (a certificate of inputs alone) there is no model.
-    attention = replace(solution, coef=None, standardized_coef=coef if d_out else None,
-                        standardizer=standardizer)
+    attention = replace(solution, coef=coef if d_out else None, moment=None,
+                        normal_residual=None, gram_coef=None)
     attention.counts = counts
-    return attention, space, intercept, skip
+    return attention, space, beta

@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._attention import attention_coefficients, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
-from ._fewheads import _NO_EXPONENT, standardized_heads
+from ._local_certificate import _NO_EXPONENT, standardized_heads
 from ._memory import real_tokens
 from ._standardize import max_exponent
 from ._validation import (

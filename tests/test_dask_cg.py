@@ -184,7 +184,8 @@ def test_the_operator_is_the_dense_gram_matrix():
     op = _DaskGram(blocks, psi, exact, split_every=2, deadline=None, name="test")
     # The standardized feature rows the solver sees, formed one by one.
     Xv, lengths = check_sequences(X)
-    S, x, wr, _ = all_rows(Xv, lengths, "last", None, w, standardizer)
+    rows = all_rows(Xv, lengths, "last", None, w, standardizer)
+    S, x, wr = rows.S, rows.x, rows.w
     Phi = np.stack([features_matvec(S[i:i + 1], x[i:i + 1], np.eye(psi))[0]
                     for i in range(S.shape[0])])
     G = np.zeros((psi, psi))
@@ -227,8 +228,7 @@ def test_float32_block_caches_keep_float64_results():
         small, _ = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL,
                                  memory_budget=budget)
         large, _ = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL)
-    assert_allclose(small.standardized_coef, large.standardized_coef, rtol=0,
-                    atol=1e-8 * np.abs(large.standardized_coef).max())
+    assert_allclose(small.coef, large.coef, rtol=0, atol=1e-8 * np.abs(large.coef).max())
     assert small.rank == large.rank == n_attention_features(3)
 
 

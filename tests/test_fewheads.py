@@ -20,7 +20,8 @@ from sklearn_linattn import (
     mhla_forward,
 )
 from sklearn_linattn._features import n_attention_features
-from sklearn_linattn._fewheads import _coefficient_jacobian, _training_rows
+from sklearn_linattn._head_rows import _training_rows
+from sklearn_linattn._local_certificate import _coefficient_jacobian
 
 N_TOKENS = 10
 
@@ -308,11 +309,11 @@ def test_regressor_fits_few_heads_directly_below_psi(readout, tmp_path):
 
 
 def test_fit_heads_refuses_jacobians_beyond_the_memory_budget(monkeypatch):
-    from sklearn_linattn import _fewheads
+    from sklearn_linattn import _head_rows
 
     rng, V, Q = generator(1, 4, 1)
     X = sequences(rng, 30, 4)
-    monkeypatch.setattr(_fewheads, "resolve_budget", lambda budget: 1000.0)
+    monkeypatch.setattr(_head_rows, "resolve_budget", lambda budget: 1000.0)
     with pytest.raises(ValueError, match="fit_heads needs about .* GiB for the Jacobians"):
         fit_heads(X, mhla_forward(X, V, Q), 1)
     with pytest.raises(ValueError, match="certify_heads_locally needs about .* GiB"):
@@ -324,12 +325,12 @@ def test_regressor_keeps_the_compression_when_a_direct_fit_would_be_too_large(mo
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from sklearn_linattn import LinearAttentionRegressor, _estimators
+    from sklearn_linattn import LinearAttentionRegressor, _model
 
     rng, V, Q = generator(1, 6, 1)
     X = sequences(rng, 60, 6)
     y = mhla_forward(X, V, Q)[:, 0]
-    monkeypatch.setattr(_estimators, "_DIRECT_FIT_WORK", 1.0)
+    monkeypatch.setattr(_model, "DIRECT_FIT_WORK", 1.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = LinearAttentionRegressor(n_heads=1, random_state=0).fit(X, y)

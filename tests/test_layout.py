@@ -164,11 +164,11 @@ def _no_work(*args, **kwargs):
 
 def test_a_forgotten_channels_first_layout_warns_before_the_work(monkeypatch):
     """Reproducer: BasicMotions' (40, 6, 100) ran 703 s and 6.3 GB into 840 heads, silently."""
-    import sklearn_linattn._estimators as estimators
+    from sklearn_linattn._problem import StandardizedProblem
 
-    # The solvers are not reached: the warning, raised as an error, ends the fit first.
-    monkeypatch.setattr(estimators, "solve", _no_work)
-    monkeypatch.setattr(estimators, "solve_statistics", _no_work)
+    # The pass over the data is not reached: the warning, raised as an error, ends the fit
+    # first.
+    monkeypatch.setattr(StandardizedProblem, "from_data", _no_work)
     rng = np.random.default_rng(8)
     X = rng.normal(size=(40, 6, 100))  # (n_samples, n_channels, n_timepoints)
     y = rng.normal(size=(40, 6, 3))
@@ -184,6 +184,7 @@ def test_a_forgotten_channels_first_layout_warns_before_the_work(monkeypatch):
             LinearAttentionRegressor().partial_fit(X, y[:, -1])
         with pytest.raises(LayoutWarning, match=r"the feature matrix needs"):
             LinearAttentionFeatures().fit(X)
+    monkeypatch.undo()
     # certify_identifiability warns and goes on (here quickly: 40 rows, "dual").
     with pytest.warns(LayoutWarning, match=r"the least squares needs"):
         assert not certify_identifiability(X)

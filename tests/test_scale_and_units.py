@@ -24,7 +24,7 @@ from sklearn_linattn import (
     certify_identifiability,
     mhla_forward,
 )
-from sklearn_linattn._solvers import solve_arrays
+from sklearn_linattn._problem import solve_arrays
 from sklearn_linattn.datasets import make_associative_memory
 
 SOLVERS = ["eigh", "cholesky", "svd", "dual", "cg", "lsmr"]

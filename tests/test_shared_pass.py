@@ -6,6 +6,7 @@ import pytest
 from sklearn_linattn import LinearAttentionRegressor
 from sklearn_linattn import _spectrum as spectrum
 from sklearn_linattn._krylov import ByColumns, pcg
+from sklearn_linattn._solvers import Design
 from sklearn_linattn._solvers.cg import _ImplicitGram, _KroneckerPreconditioner
 from sklearn_linattn._spectrum import (
     _pencil_lanczos,
@@ -17,7 +18,7 @@ from sklearn_linattn._spectrum import (
 
 def _setup(X, cache_dtype=np.float64):
     lengths = np.full(X.shape[0], X.shape[1])
-    op = _ImplicitGram(X, lengths, "last", None, cache_dtype=cache_dtype)
+    op = _ImplicitGram(Design.of_arrays(X, lengths), cache_dtype=cache_dtype)
     setup = op.setup()
     precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"], 0.0,
                                        np.float64)
@@ -140,7 +141,7 @@ def test_shared_pass_fit_matches_eigh(alpha):
 
 def test_diagnostics_record_the_shared_pass():
     """The solver's phase record agrees with its own counts and clock."""
-    from sklearn_linattn._solvers import solve_arrays
+    from sklearn_linattn._problem import solve_arrays
 
     rng = np.random.default_rng(41)
     X = rng.normal(size=(400, 5, 4))

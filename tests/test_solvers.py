@@ -26,15 +26,15 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._features import features_matvec, features_rmatvec, row_factors
 from sklearn_linattn._memory import default_memory_budget
-from sklearn_linattn._standardize import TokenStandardizer, standardizer_for
+from sklearn_linattn._standardize import standardizer_for
 from sklearn_linattn._solvers import (
     SOLVERS,
     Design,
     SufficientStatistics,
     choose_solver,
-    solve_arrays,
     solve_statistics,
 )
+from sklearn_linattn._problem import solve_arrays
 from sklearn_linattn.testing import rank_deficient_datasets, realizable_datasets
 
 DIRECT = ["eigh", "cholesky", "svd", "dual"]
@@ -524,7 +524,7 @@ def test_cg_certificate_agrees_on_rank_deficient_data(data, readout):
 def _pencil_setup(X, lengths, readout="last", cache_dtype=np.float64):
     from sklearn_linattn._solvers.cg import _ImplicitGram, _KroneckerPreconditioner
 
-    op = _ImplicitGram(X, lengths, readout, None, cache_dtype=cache_dtype)
+    op = _ImplicitGram(Design.of_arrays(X, lengths, None, readout), cache_dtype=cache_dtype)
     setup = op.setup()
     precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"], 0.0,
                                        np.float64)
@@ -657,10 +657,10 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
     Xz = np.where(np.isnan(X), 0.0, X)
     Yz = np.where(np.isnan(y), 0.0, y)
     V = rng.normal(size=(40, 3))
-    ops = {c: _ImplicitGram(Xz, lengths, readout, w, cache_dtype=c)
+    ops = {c: _ImplicitGram(Design.of_arrays(Xz, lengths, Yz, readout, w), cache_dtype=c)
            for c in (None, "float64", "float32")}
     for op in ops.values():
-        op.setup(Yz)
+        op.setup()
     streamed = ops[None].matmat(V)
     assert ops[None].exact and ops["float64"].exact and not ops["float32"].exact
     np.testing.assert_allclose(ops["float64"].matmat(V), streamed, rtol=1e-12,
@@ -670,7 +670,7 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
     # Fits: the float32 cache is corrected by exact residuals, so all agree to tol.
     dense = solve_arrays(Xz, lengths, Yz, readout=readout, solver="eigh", sample_weight=w)
     for cache in (None, "float64", "float32"):
-        design = Design(Xz, lengths, Yz, readout, w, dense.standardizer, np.dtype(np.float64))
+        design = Design.of_arrays(Xz, lengths, Yz, readout, w, dense.standardizer)
         sol = solve_cg(design, 0.0, dict(tol=1e-12, max_iter=5000, cache_dtype=cache))
         assert _rel(sol.coef, dense.coef) <= 1e-9, cache
         assert sol.lambda_max == pytest.approx(dense.lambda_max, rel=1e-6)
@@ -688,14 +688,15 @@ def test_cg_float32_cache_certifies_rank_deficient_data():
     lengths = np.full(120, 6)
     y = rng.normal(size=(120, 1))
     dense = solve_arrays(X, lengths, y, solver="eigh")
-    design = Design(X, lengths, y, "last", None, TokenStandardizer.identity(4),
-                    np.dtype(np.float64))
+    design = Design.of_arrays(X, lengths, y, "last", standardizer=dense.standardizer)
     sol = solve_cg(design, 0.0, dict(tol=1e-12, max_iter=5000, cache_dtype="float32"))
     assert dense.rank < 40 and sol.rank_is_bound and sol.rank >= dense.rank
     assert not sol.lambda_min - sol.lambda_min_error > sol.tol
     assert sol.lambda_min <= 1e3 * dense.tol
-    # The eigenvector is a null vector of the exact Gram matrix.
-    Phi = ref_features(X, lengths)
+    # The eigenvector is a null vector of the exact Gram matrix (both solves are in
+    # the same standardized coordinates).
+    st = dense.standardizer
+    Phi = st.scale_features(ref_features(st.transform(X), lengths))
     v = sol.min_eigenvector
     assert np.linalg.norm(Phi @ v) <= 1e-5 * np.linalg.norm(Phi, 2)
     # Fitted values agree with the minimum-norm solution's on the training rows.
@@ -703,12 +704,12 @@ def test_cg_float32_cache_certifies_rank_deficient_data():
 
 
 def test_cg_cache_follows_the_memory_budget():
-    from sklearn_linattn._solvers.cg import _cg_cache_dtype
+    from sklearn_linattn._solvers.cg import cg_cache_dtype
 
     # d = 64, N = 150000: 2.6 GB in float64, 1.3 GB in float32.
-    assert _cg_cache_dtype(150000, 64, memory_budget=2**34 + 2**33) == np.float64
-    assert _cg_cache_dtype(150000, 64, memory_budget=2**33 + 2**32) == np.float32
-    assert _cg_cache_dtype(150000, 64, memory_budget=2**32) is None
+    assert cg_cache_dtype(150000, 64, memory_budget=2**34 + 2**33) == np.float64
+    assert cg_cache_dtype(150000, 64, memory_budget=2**33 + 2**32) == np.float32
+    assert cg_cache_dtype(150000, 64, memory_budget=2**32) is None
     rng = np.random.default_rng(12)
     X, lengths, y = _data(rng, 80, 6, 4)
     X = np.where(np.isnan(X), 0.0, X)

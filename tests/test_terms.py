@@ -343,3 +343,44 @@ def test_generate_with_terms_matches_a_loop_over_predict():
     with pytest.raises(ValueError, match=r"skip_coef must have shape \(2, 2\)"):
         mhla_generate(prompts, model.value_matrices_, model.key_query_matrices_, 1,
                       skip_coef=np.zeros((2, 3)))
+
+
+def _null_through_terms(rng, kind, n=120, d=3, n_tokens=4):
+    """Sequences whose intercept (or first skip) column is a cubic feature combination.
+
+    Each sequence is rescaled so that ``u . H(X_i)`` equals 1 (intercept) or
+    the row token's first coordinate (skip) on every training row, with a
+    random u: an exact null direction of the joint design through the term
+    columns, while the attention features alone stay generic (identified).
+    """
+    u = rng.normal(size=d * d * (d + 1) // 2)
+    X = rng.normal(size=(3 * n, n_tokens, d))
+    p = ref_features(X, np.full(len(X), n_tokens)) @ u
+    if kind == "intercept":
+        c = np.cbrt(1.0 / p)  # u . H(c X) = c**3 p = 1
+    else:
+        ratio = X[:, -1, 0] / p  # u . H(c X) = c**3 p = c x_0
+        keep = ratio > 0
+        X, ratio = X[keep], ratio[keep]
+        c = np.sqrt(ratio)
+    return (X * c[:, None, None])[:n]
+
+
+@pytest.mark.parametrize("kind", ["intercept", "skip"])
+@pytest.mark.parametrize("scale", [1e-100, 1.0, 1e100])
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_null_directions_through_the_terms_fail_every_solver(kind, scale, solver):
+    """Regression: "cg" certified designs with an exact null direction through the term
+    columns (its Schur complement came from coefficients only within tol of the solution),
+    while every dense solver said "not identifiable".  Its term certificate now uses a
+    lower bound of the Schur complement, so no solver certifies them, at any scale."""
+    rng = np.random.default_rng([len(kind), int(np.log10(scale) + 200)])
+    X = _null_through_terms(rng, kind) * scale
+    attention = certify_identifiability(X, solver=solver)
+    assert attention, "the attention features alone are identified"
+    kwargs = dict(fit_intercept=kind == "intercept", fit_skip=kind == "skip")
+    cert = certify_identifiability(X, solver=solver, **kwargs)
+    assert not cert and cert.n_terms == (1 if kind == "intercept" else 3)
+    y = rng.normal(size=len(X))
+    model = LinearAttentionRegressor(solver=solver, tol=1e-10, **kwargs).fit(X, y)
+    assert not model.certificate_

@@ -33,6 +33,8 @@ Mapping to the paper: ``X[i]`` (n_tokens x d) is the paper's ``Z_i^T``.
 
 from ._certificate import IdentifiabilityCertificate
 from ._certify import certify_identifiability
+from ._rowspace import row_space_from_solution
 from ._witness import Witness
 
-__all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability"]
+__all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability",
+           "row_space_from_solution"]

@@ -191,7 +191,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     @classmethod
     def _from_solution(
         cls, solution, stats, *, readout, tol=None, token_dim=None, data_format="channels_last",
-        n_tokens=None, coef=None, terms=None,
+        n_tokens=None, coef=None, terms=None, row_space=None,
     ):
         """Certificate from the spectrum a fit already computed (no second pass).
 
@@ -219,13 +219,18 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             Length of the witness input (default: the token dimension plus one).
         coef : ndarray of shape (d_out, psi) or None
             Fitted coefficients of the standardized problem
-            (``solution.standardized_coef``); when given, the witness's
+            (``solution.coef``); when given, the witness's
             ``model_a`` is this fitted model.
         terms : TermSpace or None
             The intercept and skip columns of the fit (``_terms``), if any.
+        row_space : RowSpace or None
+            ``row_space_from_solution(solution, stats, tol)`` when the caller
+            built it already (to share it).
         """
+        if row_space is None:
+            row_space = row_space_from_solution(solution, stats, tol)
         return cls(
-            row_space_from_solution(solution, stats, tol), stats, readout=readout,
+            row_space, stats, readout=readout,
             standardizer=solution.standardizer,
             layout=_Layout(token_dim, data_format, n_tokens), coef=coef, terms=terms,
         )

@@ -1,7 +1,15 @@
 """certify_identifiability: the certificate of a set of training sequences."""
 
-from .._solvers import REGISTRY, SOLVERS, solve_arrays, solve_statistics
-from .._standardize import standardizer_for
+from .._features import n_attention_features
+from .._solvers import (
+    REGISTRY,
+    SOLVERS,
+    check_solver_memory,
+    choose_solver,
+    solve_statistics,
+)
+from .._problem import SequenceData, StandardizedProblem, keep_rows
+from .._solvers._rows import count_rows
 from .._terms import LinearTerms, fit_terms
 from .._training import check_layout
 from .._validation import (
@@ -127,25 +135,28 @@ def certify_identifiability(
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
     LinearTerms.checked(1, fit_intercept, fit_skip)
+    check_layout(getattr(X, "shape", ()), readout=readout, token_dim=token_dim,
+                 data_format=data_format)
     X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
-    check_layout(X.shape, readout=readout, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
-    terms = LinearTerms(X.shape[2], intercept=fit_intercept, skip=fit_skip)
-    Y = standardizer = None
-    if terms:
-        # The term columns are the only targets: their fit by attention gives K.
-        Y = terms.columns(X, lengths, readout)
-        standardizer = terms.augment(standardizer_for(X, lengths, None, sample_weight), 0)
-    solution = solve_arrays(
-        X, lengths, Y, readout=readout, solver=solver, sample_weight=sample_weight,
-        standardizer=standardizer,
-    )
+    d = X.shape[2]
+    terms = LinearTerms(d, intercept=fit_intercept, skip=fit_skip)
+    psi = n_attention_features(d)
+    n_rows = count_rows(lengths, readout, sample_weight)
+    solver = choose_solver(solver, n_rows, psi)
+    check_solver_memory(solver, n_rows, psi)
+    if n_rows == 0:
+        raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
+    problem = StandardizedProblem.from_data(
+        SequenceData(X, lengths, None, sample_weight, readout), readout=readout, d_out=0,
+        terms=terms,
+        keep=keep_rows(solver, n_rows, d, terms.n_terms))
+    # The term columns are the only targets: their fit by attention gives K.
+    solution = problem.solve(solver, residuals=bool(terms))
+    stats = solution.counts
     space = None
     if terms:
-        solution, space, _, _ = fit_terms(
-            solution, terms, 0, batches=lambda: iter([(X, lengths, Y, sample_weight)]),
-        )
-    stats = solution.counts
+        solution, space, _ = fit_terms(solution, stats, terms, 0, design=problem.design())
     if (
         tol is not None
         and REGISTRY[solution.method].spectrum == "factor"

@@ -7,8 +7,9 @@ coefficients with what the identifiability certificate needs about the
 spectrum of ``G = Phi^T W Phi``, and the counts of the rows it was fitted on.
 
 :data:`REGISTRY` maps each name to a :class:`Solver` that declares what it
-can do; :func:`choose_solver` resolves ``"auto"`` once, and :func:`solve`
-is the one dispatch from validated batches to a solution.  One module per
+can do; :func:`choose_solver` resolves ``"auto"`` once, and
+:meth:`~.._problem.StandardizedProblem.solve` is the one dispatch from the
+standardized problem to a solution.  One module per
 family: :mod:`.normal` (``"eigh"``, ``"cholesky"`` from
 :class:`SufficientStatistics`), :mod:`.design` (``"svd"``, ``"dual"``),
 :mod:`.cg` (matrix-free) and :mod:`.lsmr` (sparse rows).
@@ -17,12 +18,9 @@ family: :mod:`.normal` (``"eigh"``, ``"cholesky"`` from
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 
-from .._features import n_attention_features
 from .._memory import DENSE_ARRAYS, resolve_budget
-from .._standardize import standardizer_for
-from ._rows import Design, count_rows
+from ._rows import Design
 from ._solution import SpectralSolution
 from ._statistics import RowCounts, SufficientStatistics
 from .cg import solve_cg
@@ -42,8 +40,6 @@ __all__ = [
     "SufficientStatistics",
     "check_solver_memory",
     "choose_solver",
-    "solve",
-    "solve_arrays",
     "solve_statistics",
     "solver_memory",
 ]
@@ -76,8 +72,10 @@ class Solver:
         The ``solver`` value that selects it.
     function : callable
         ``function(stats, alpha)`` when ``statistics``, else
-        ``function(design, alpha, options)`` with a :class:`Design` and a
-        dict of ``tol``, ``max_iter`` and ``memory_budget``.
+        ``function(design, alpha, options)`` with a :class:`Design` (the
+        standardized rows, or the sequences to compute them from) and a dict
+        of ``tol``, ``max_iter``, ``memory_budget`` and ``residuals``;
+        ``alpha`` is the unit-free ridge penalty.
     statistics : bool
         Works from :class:`SufficientStatistics` alone: streams over chunks,
         continues with ``partial_fit``, merges Dask blocks.
@@ -91,7 +89,8 @@ class Solver:
         ``memory(n_rows, psi)``: bytes of the dense arrays it allocates; 0
         for solvers that size their work to the budget themselves.
     reads_in_place : bool
-        Reads the caller's array chunk by chunk instead of a validated copy.
+        Reads the caller's array chunk by chunk instead of a validated copy
+        (and caches its rows itself).
     sparse_only : bool
         Only worth it on sparse (one-hot) tokens; never chosen by ``"auto"``.
     dask : str or None
@@ -312,127 +311,3 @@ def _solved(spec, stats, alpha):
     solution = spec.function(stats, alpha)
     solution.counts = stats
     return solution
-
-
-def solve(batches, arrays, *, d, d_out, readout, solver, standardizer, alpha=0.0,
-          tol=1e-8, max_iter=None, memory_budget=None):
-    """The one dispatch: validated batches to a solution with its counts.
-
-    Parameters
-    ----------
-    batches : callable
-        ``batches()`` iterates over validated ``(X, lengths, Y, sample_weight)``
-        batches (padded arrays as :func:`~.._validation.check_sequences`
-        returns them); called once by the statistics solvers.
-    arrays : callable
-        ``arrays(copy)`` returns the whole data as one such batch (``copy``
-        False allows the caller's own array, padding ignored by length);
-        called once by the other solvers.
-    d, d_out : int and int or None
-        Token dimension and number of outputs (None: no targets, for the
-        certificate).
-    readout : {"last", "all"}
-    solver : str
-        A name in :data:`REGISTRY` (``"auto"`` already resolved).
-    standardizer : TokenStandardizer
-        Standardized coordinates of the data.
-    alpha : float, default=0.0
-        Ridge penalty on the coefficients in the data's units.
-    tol, max_iter, memory_budget
-        Options of the solvers that use them (``"cg"``, ``"lsmr"``).
-
-    Returns
-    -------
-    solution : SpectralSolution
-        ``solution.counts`` holds the rows' counts (the statistics themselves
-        for the statistics solvers).
-    """
-    spec = REGISTRY[solver]
-    if spec.statistics:
-        stats = SufficientStatistics(d, d_out, standardizer=standardizer)
-        for X, lengths, Y, w in batches():
-            stats.update(X, lengths, Y, readout=readout, sample_weight=w)
-        if stats.n_rows == 0:
-            raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
-        return _solved(spec, stats, alpha)
-    X, lengths, Y, w = arrays(not spec.reads_in_place)
-    counts = RowCounts(d, d_out, standardizer=standardizer)
-    counts.update(X, lengths, Y, readout=readout, sample_weight=w)
-    if counts.n_rows == 0:
-        raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
-    design = Design(X, lengths, Y, readout, w, standardizer, counts.dtype, counts.n_rows)
-    options = dict(tol=tol, max_iter=max_iter, memory_budget=memory_budget)
-    solution = spec.function(design, alpha, options)
-    solution.counts = counts
-    return solution
-
-
-def solve_arrays(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto",
-                 sample_weight=None, tol=1e-8, max_iter=None, memory_budget=None,
-                 standardizer=None):
-    """Fit coefficients and the Gram spectrum of in-memory arrays in one call.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Padded sequences (float32 or float64); values at positions
-        ``>= lengths`` are ignored.
-    lengths : ndarray of shape (n_samples,)
-    Y : ndarray or None
-        Targets as returned by ``check_targets``; None computes the spectrum
-        only (for the certificate).
-    readout : {"last", "all"}
-    alpha : float
-        Ridge penalty on the coefficients (in the units of X and Y).
-    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}
-        ``"lsmr"`` (sparse rows, for one-hot data) is never chosen by ``"auto"``.
-    sample_weight : ndarray of shape (n_samples,) or None
-        Non-negative weight of each sequence (of all its rows for ``"all"``).
-    tol, max_iter : float, int or None
-        Stopping rule of ``"cg"``; ``max_iter`` also caps ``"lsmr"``.
-    memory_budget : int or None
-        For ``"auto"``, the memory check of an explicit solver and the
-        certificate of ``"lsmr"``.
-    standardizer : TokenStandardizer or None
-        The standardized coordinates; None computes them from X.
-
-    Returns
-    -------
-    solution : SpectralSolution
-        With ``counts``.
-
-    Raises
-    ------
-    ValueError
-        When the solver's dense arrays would not fit the memory budget (the
-        message says which solvers would), or every row has zero weight.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._solvers import solve_arrays
-    >>> X = np.random.default_rng(0).normal(size=(30, 4, 2))
-    >>> Y = X[:, -1, :1] * (X[:, :, :1] ** 2).sum(axis=1)
-    >>> coefs = [solve_arrays(X, np.full(30, 4), Y, solver=s).coef
-    ...          for s in ("eigh", "cholesky", "svd", "dual", "cg")]
-    >>> all(np.allclose(c, coefs[0], atol=1e-7) for c in coefs)
-    True
-    """
-    d = X.shape[2]
-    psi = n_attention_features(d)
-    if sample_weight is not None:
-        sample_weight = np.asarray(sample_weight, dtype=np.float64)
-    n_rows = count_rows(lengths, readout, sample_weight)
-    solver = choose_solver(solver, n_rows, psi, memory_budget=memory_budget)
-    if solver not in REGISTRY:
-        raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
-    check_solver_memory(solver, n_rows, psi, memory_budget)
-    if standardizer is None:
-        standardizer = standardizer_for(X, lengths, Y, sample_weight)
-    return solve(
-        lambda: iter([(X, lengths, Y, sample_weight)]),
-        lambda copy: (X, lengths, Y, sample_weight),
-        d=d, d_out=None if Y is None else Y.shape[-1], readout=readout, solver=solver,
-        standardizer=standardizer, alpha=alpha, tol=tol, max_iter=max_iter,
-        memory_budget=memory_budget,
-    )

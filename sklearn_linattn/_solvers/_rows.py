@@ -1,105 +1,115 @@
-"""Feature rows of chunks of sequences, in standardized coordinates, as the solvers read them."""
+"""What the solvers on the data read: standardized rows in memory, or the sequences to read them from."""
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._features import row_factors
-from .._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
+from .._memory import iter_sample_chunks, n_pairs
+from .._moments import Rows, standardized_rows
+from .._standardize import TokenStandardizer
 
-__all__ = ["Design", "all_rows", "chunk_rows", "count_rows", "load_chunk"]
+__all__ = ["Design", "all_rows", "chunk_rows", "count_rows"]
 
 
 @dataclass(frozen=True)
 class Design:
-    """Validated training sequences as the solvers on the data read them.
+    """The rows of a least squares, as the solvers that read rows see them.
 
     Attributes
     ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Padded sequences; values at positions ``>= lengths`` are ignored.
-    lengths : ndarray of int, shape (n_samples,)
-    Y : ndarray or None
-        Targets as :func:`~.._validation.check_targets` returns them.
+    rows : Rows or None
+        Every row of positive weight in standardized coordinates (targets
+        with the term columns), when the fit kept them.
+    arrays : tuple or None
+        ``(X, lengths, Y, sample_weight)``: the validated sequences (padded
+        positions ignored by length) to compute rows from when ``rows`` is
+        None or must be exact (a float32 cache of "cg").
     readout : {"last", "all"}
-    sample_weight : ndarray of shape (n_samples,) or None
     standardizer : TokenStandardizer
-        Standardized coordinates the solver works in.
+        Standardized coordinates of the rows.
+    terms : LinearTerms or None
+        Term columns appended to the targets.
     dtype : numpy dtype
         Least precise floating dtype of the inputs (for the zero rule).
-    n_rows : int or None
-        Number of feature rows of positive weight (None: counted when needed).
+    n_rows : int
+        Number of rows of positive weight.
     """
 
-    X: object
-    lengths: np.ndarray
-    Y: object
+    rows: Rows | None
+    arrays: tuple | None
     readout: str
-    sample_weight: object
     standardizer: object
+    terms: object
     dtype: np.dtype
-    n_rows: int | None = None
+    n_rows: int
 
-    def rows(self):
-        """Row factors, weights and targets of every row of positive weight (:func:`all_rows`)."""
-        return all_rows(self.X, self.lengths, self.readout, self.Y, self.sample_weight,
-                        self.standardizer)
+    @classmethod
+    def of_arrays(cls, X, lengths, Y=None, readout="last", sample_weight=None,
+                  standardizer=None, terms=None):
+        """The design of in-memory sequences, rows computed as needed (tests, benchmarks)."""
+        X = np.asarray(X)
+        lengths = np.asarray(lengths)
+        if standardizer is None:
+            standardizer = TokenStandardizer.identity(X.shape[2],
+                                                      None if Y is None else Y.shape[-1])
+        dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float64)
+        return cls(None, (X, lengths, Y, sample_weight), readout, standardizer, terms,
+                   np.dtype(dtype), count_rows(lengths, readout, sample_weight))
+
+    @property
+    def d(self):
+        return self.standardizer.d
+
+    @property
+    def n_targets(self):
+        """Number of target columns of the rows (term columns included); 0 without targets."""
+        if self.rows is not None:
+            return 0 if self.rows.Y is None else self.rows.Y.shape[1]
+        Y = self.arrays[2]
+        return (0 if Y is None else Y.shape[-1]) + (0 if self.terms is None else
+                                                    self.terms.n_terms)
+
+    def row_chunks(self, values_per_row, *, exact=True):
+        """The rows in chunks of at most a memory chunk's worth.
+
+        ``exact``: float64 rows, recomputed from the sequences when the kept
+        rows are stored in float32.
+        """
+        if self.rows is not None and (not exact or self.rows.S.dtype == np.float64):
+            rows = self.rows
+            for sl in iter_sample_chunks(rows.n_rows, values_per_row):
+                yield Rows(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],
+                           None if rows.Y is None else rows.Y[sl])
+            return
+        X, lengths, Y, w = self.arrays
+        n_samples, n_tokens, d = X.shape
+        rows_per_sample = 1 if self.readout == "last" else n_tokens
+        for sl in iter_sample_chunks(n_samples, rows_per_sample * values_per_row):
+            yield chunk_rows(X, lengths, sl, self.readout, Y, w, self.standardizer, self.terms)
+
+    def all_rows(self):
+        """Every row at once (memory O(n_rows (P + d)))."""
+        if self.rows is not None:
+            return self.rows
+        parts = list(self.row_chunks(2 * n_pairs(self.d) + 2 * self.d))
+        n_targets = parts[0].Y.shape[1] if parts and parts[0].Y is not None else None
+        return Rows.concatenate(parts, self.d, n_targets)
 
 
-def load_chunk(X, lengths, sl, standardizer=None):
-    """Float64 chunk ``X[sl]``, zeros at positions ``>= lengths`` (NaN allowed there), standardized."""
-    lc = lengths[sl]
-    Xc = zero_padding(np.asarray(X[sl], dtype=np.float64), lc)
-    if standardizer is not None:
-        Xc = standardizer.transform(Xc)
-    return Xc, lc
+def chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None, standardizer=None,
+               terms=None):
+    """Standardized rows of the sequences ``X[sl]`` (:func:`~.._moments.standardized_rows`)."""
+    return standardized_rows(
+        X[sl], np.asarray(lengths)[sl], readout, standardizer,
+        Y=None if Y is None else Y[sl],
+        sample_weight=None if sample_weight is None else sample_weight[sl], terms=terms)
 
 
-def chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None, standardizer=None):
-    """Row factors of one chunk with their targets and weights; zero-weight rows dropped.
-
-    Everything is returned in the standardizer's units (tokens, targets and
-    weights); which rows are kept depends on the weights as given.
-    """
-    Xc, lc = load_chunk(X, lengths, sl, standardizer)
-    S, x, sample = row_factors(Xc, lc, readout)
-    if standardizer is not None:
-        S = standardizer.scale_moments(S)
-    Yr = None
-    if Y is not None:
-        Yc = np.asarray(Y[sl], dtype=np.float64)
-        if readout == "last":
-            Yr = Yc
-        elif lc.size == 0 or lc.min() == Yc.shape[1]:
-            Yr = Yc.reshape(-1, Yc.shape[2])
-        else:
-            Yr = Yc[real_tokens(lc, Xc.shape[1])]
-        if standardizer is not None:
-            Yr = standardizer.transform_targets(Yr)
-    w = None
-    if sample_weight is not None:
-        raw = sample_weight[sl][sample]
-        keep = raw > 0
-        w = raw if standardizer is None else standardizer.transform_weights(raw)
-        if not keep.all():
-            S, x, w = S[keep], x[keep], w[keep]
-            Yr = None if Yr is None else Yr[keep]
-    return S, x, w, Yr
-
-
-def all_rows(X, lengths, readout, Y=None, sample_weight=None, standardizer=None):
-    """Row factors of every row with positive weight, with targets and weights."""
-    n_samples, n_tokens, d = X.shape
-    per_sample = sample_values(d, n_tokens, readout, 2 * n_pairs(d) + 2 * d)
-    parts = [
-        chunk_rows(X, lengths, sl, readout, Y, sample_weight, standardizer)
-        for sl in iter_sample_chunks(n_samples, per_sample)
-    ]
-    S = np.concatenate([p[0] for p in parts])
-    x = np.concatenate([p[1] for p in parts])
-    w = None if sample_weight is None else np.concatenate([p[2] for p in parts])
-    Yr = None if Y is None else np.concatenate([p[3] for p in parts])
-    return S, x, w, Yr
+def all_rows(X, lengths, readout, Y=None, sample_weight=None, standardizer=None, terms=None):
+    """Rows of every sequence with positive weight, standardized."""
+    design = Design(None, (X, lengths, Y, sample_weight), readout, standardizer, terms,
+                    np.dtype(np.float64), count_rows(lengths, readout, sample_weight))
+    return design.all_rows()
 
 
 def count_rows(lengths, readout, sample_weight):

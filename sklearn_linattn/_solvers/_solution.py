@@ -23,9 +23,8 @@ class SpectralSolution:
     Attributes
     ----------
     coef : ndarray of shape (d_out, psi) or None
-        Coefficients on the data as given (``y = H(X) @ coef.T``).
-    standardized_coef : ndarray of shape (d_out, psi) or None
-        The same model for the standardized tokens and targets.
+        Coefficients of the standardized problem (``y_std = H_std @ coef.T``;
+        None without targets).
     standardizer : TokenStandardizer or None
         The standardized coordinates (None: the data as given).
     tol : float
@@ -77,6 +76,16 @@ class SpectralSolution:
         ``Phi^T W Y`` in standardized coordinates, when a solver without
         statistics computed it (``"cg"``); the statistics solvers' counts
         hold it instead.
+    gram_coef, normal_residual : ndarray of shape (psi, d_out) or None
+        ``G coef^T`` and the residual ``Phi^T W Y - G coef^T`` of an
+        unpenalized iterative solve (``"cg"``, when asked for them): what a
+        rigorous bound of the term columns' Schur complement needs
+        (:func:`~.._terms.schur_complement`).  None for direct solvers, whose
+        residual is rounding.
+    gram_product : callable or None
+        ``gram_product(V)``: exact products ``G V`` (V of shape (psi, k)),
+        for a solver that keeps no representation of G (in-memory ``"cg"``);
+        holds the solver's row cache, so the fit drops it when done.
     """
 
     coef: np.ndarray | None
@@ -95,21 +104,13 @@ class SpectralSolution:
     rank_is_bound: bool = False
     n_iter: int = 0
     active_columns: np.ndarray | None = None
-    standardized_coef: np.ndarray | None = None
     standardizer: TokenStandardizer | None = None
     counts: object = None
     diagnostics: dict | None = None
     moment: np.ndarray | None = None
-
-    def __post_init__(self):
-        # Solvers set the standardized coefficients; the data's own follow.
-        if self.standardized_coef is None and self.coef is not None and (
-            self.standardizer is None or self.standardizer.is_identity
-        ):
-            self.standardized_coef = self.coef
-        elif self.standardized_coef is not None and self.coef is None:
-            self.coef = (self.standardized_coef if self.standardizer is None
-                         else self.standardizer.coef_to_user(self.standardized_coef))
+    gram_coef: np.ndarray | None = None
+    normal_residual: np.ndarray | None = None
+    gram_product: object = None
 
 
 def coef_from_spectrum(w, U, moment, alpha, tol):
@@ -175,8 +176,7 @@ def dense_solution(w, U, moment, alpha, dtype, method, standardizer):
     tol = eigenvalue_tolerance(w[0] if psi else 0.0, psi, dtype)
     ridge = ridge_penalty(alpha, w.sum(), psi)
     return SpectralSolution(
-        coef=None,
-        standardized_coef=coef_from_spectrum(w, U, moment, ridge, tol),
+        coef=coef_from_spectrum(w, U, moment, ridge, tol),
         standardizer=standardizer,
         tol=tol,
         lambda_max=float(w[0]),
@@ -195,8 +195,7 @@ def zero_design_solution(psi, d_out, standardizer, method):
     null = np.zeros(psi)
     null[0] = 1.0
     return SpectralSolution(
-        coef=None,
-        standardized_coef=None if d_out is None else np.zeros((d_out, psi)),
+        coef=None if d_out is None else np.zeros((d_out, psi)),
         standardizer=standardizer,
         tol=0.0,
         lambda_max=0.0,

@@ -3,7 +3,7 @@
 import numpy as np
 
 from .._features import features_rmatvec, n_attention_features, pair_index_matrix, pair_indices
-from .._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
+from .._memory import iter_sample_chunks, n_pairs, sample_values
 from .._standardize import TokenStandardizer, feature_map
 from .._validation import check_lengths_array, check_readout
 from ._rows import chunk_rows
@@ -115,6 +115,7 @@ class RowCounts:
             )
         self.standardizer = standardizer
         self.readout = None
+        self.terms = None
         self.y_sq = None if self.d_out is None else np.zeros(self.d_out)
         self.y_cross = None if self.d_out is None else np.zeros((self.d_out, self.d_out))
         self.n_rows = 0
@@ -135,7 +136,7 @@ class RowCounts:
         """Number of features psi."""
         return n_attention_features(self.d)
 
-    def update(self, X, lengths, Y=None, *, readout="last", sample_weight=None):
+    def update(self, X, lengths, Y=None, *, readout="last", sample_weight=None, terms=None):
         """Add the feature rows of a batch of sequences.
 
         Parameters
@@ -154,6 +155,9 @@ class RowCounts:
         sample_weight : ndarray of shape (n_samples,) or None
             Non-negative weight of each sequence (of each of its positions for
             ``"all"``); rows of weight zero are skipped.
+        terms : LinearTerms or None, default=None
+            Intercept and skip columns appended to the targets (``d_out``
+            counts them), from the standardized row tokens.
 
         Returns
         -------
@@ -166,43 +170,55 @@ class RowCounts:
             raise ValueError(
                 f"readout must stay {self.readout!r} for these statistics; got {readout!r}."
             )
+        n_terms = 0 if terms is None else terms.n_terms
         X, lengths, Y, w = _check_batch(
-            X, lengths, Y, sample_weight, self.d, self.d_out, readout
+            X, lengths, Y, sample_weight, self.d,
+            None if self.d_out is None or (Y is None and n_terms) else self.d_out - n_terms,
+            readout,
         )
         self.readout = readout
+        if terms:
+            self.terms = terms
         n_samples, n_tokens = X.shape[:2]
-        if np.dtype(X.dtype).kind == "f" and np.dtype(X.dtype).itemsize < self.dtype.itemsize:
-            self.dtype = np.dtype(X.dtype)
-        self.n_tokens = max(self.n_tokens, int(n_tokens))
-        self.n_samples += n_samples if w is None else int(np.count_nonzero(w > 0))
-        self._add(X, lengths, Y, w, readout)
+        self.note_sequences(n_samples if w is None else int(np.count_nonzero(w > 0)),
+                            n_tokens, X.dtype)
+        per_row = 3 * n_pairs(self.d) + 2 * self.d + (self.d_out or 0) * (self.d + 2)
+        per_sample = sample_values(self.d, n_tokens, readout, per_row)
+        for sl in iter_sample_chunks(n_samples, per_sample):
+            self.add_rows(chunk_rows(X, lengths, sl, readout, Y, w, self.standardizer, terms))
         return self
 
-    def _add(self, X, lengths, Y, w, readout):
-        """Counts and target energy of a batch (standardized targets and weights)."""
-        Y = None if Y is None else self.standardizer.transform_targets(Y)
-        w = self.standardizer.transform_weights(w)
-        rows = np.ones_like(lengths) if readout == "last" else lengths
-        ws = np.ones(lengths.shape[0]) if w is None else w
-        pos = ws > 0
-        self.n_rows += int(rows[pos].sum())
-        self.weight_sum += float((ws * rows).sum())
-        if pos.any():
-            self.min_weight = min(self.min_weight, float(ws[pos].min()))
-        if Y is not None:
-            Yf = np.asarray(Y, dtype=np.float64)
-            if readout == "all":
-                Yf = (Yf * real_tokens(lengths, X.shape[1])[:, :, None]).reshape(-1, Yf.shape[2])
-                ws = np.repeat(ws, X.shape[1])
-            Yw = ws[:, None] * Yf
-            self.y_sq += (Yw * Yf).sum(axis=0)
-            self.y_cross += Yw.T @ Yf
+    def note_sequences(self, n_samples, n_tokens, dtype):
+        """Count sequences of positive weight, their padded length and input dtype."""
+        dtype = np.dtype(dtype)
+        if dtype.kind == "f" and dtype.itemsize < self.dtype.itemsize:
+            self.dtype = dtype
+        self.n_tokens = max(self.n_tokens, int(n_tokens))
+        self.n_samples += int(n_samples)
+        return self
+
+    def add_rows(self, rows):
+        """Add standardized rows (:class:`~.._moments.Rows`): counts and target energy."""
+        m = rows.n_rows
+        if m == 0:
+            return self
+        w = rows.w
+        self.n_rows += m
+        self.weight_sum += float(m if w is None else w.sum())
+        self.min_weight = min(self.min_weight, 1.0 if w is None else float(w.min()))
+        if rows.Y is not None and self.y_sq is not None:
+            Yw = rows.Y if w is None else rows.Y * w[:, None]
+            self.y_sq += np.einsum("ra,ra->a", Yw, rows.Y)
+            self.y_cross += Yw.T @ rows.Y
+        return self
 
     def _copy_into(self, standardizer):
         """A copy in other standardized coordinates, counts and energy mapped exactly.
 
-        Returns the copy and the factors of the weights and of the targets'
-        moments between the two coordinates (None, None when they are equal).
+        Returns the copy, the factor of the weights and the map of the
+        targets between the two coordinates (None, None when they are
+        equal): powers of two for the real outputs, the map of the tokens
+        for the skip columns.
         """
         old = self.standardizer
         out = type(self).__new__(type(self))
@@ -212,18 +228,30 @@ class RowCounts:
         if standardizer == old:
             return out, None, None
         wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
-        yf = None
+        target_map = None
         if self.d_out is not None:
-            ey_old = old.y_exponents if old.y_exponents is not None else np.zeros(self.d_out, int)
-            ey_new = (standardizer.y_exponents if standardizer.y_exponents is not None
-                      else np.zeros(self.d_out, int))
-            yf = np.ldexp(wf, ey_old - ey_new)
-            out.y_sq = self.y_sq * yf * np.ldexp(1.0, ey_old - ey_new)
-            out.y_cross = self.y_cross * wf * np.outer(np.ldexp(1.0, ey_old - ey_new),
-                                                       np.ldexp(1.0, ey_old - ey_new))
+            target_map = self._target_map(old, standardizer)
+            out.y_cross = (target_map.T @ self.y_cross @ target_map) * wf
+            out.y_sq = np.diagonal(out.y_cross).copy()
         out.weight_sum = self.weight_sum * wf
         out.min_weight = self.min_weight * wf
-        return out, wf, yf
+        return out, wf, target_map
+
+    def _target_map(self, old, new):
+        """``M`` with ``Y_new = Y_old M`` for the targets (term columns last) of two coordinates."""
+        n_terms = 0 if self.terms is None else self.terms.n_terms
+        n_real = self.d_out - n_terms
+        M = np.zeros((self.d_out, self.d_out))
+        ey_old = old.y_exponents if old.y_exponents is not None else np.zeros(n_real, int)
+        ey_new = new.y_exponents if new.y_exponents is not None else np.zeros(n_real, int)
+        M[np.arange(n_real), np.arange(n_real)] = np.ldexp(1.0, ey_old[:n_real] - ey_new[:n_real])
+        i = n_real
+        if self.terms is not None and self.terms.intercept:
+            M[i, i] = 1.0
+            i += 1
+        if self.terms is not None and self.terms.skip:
+            M[i:, i:] = feature_map(old, new)[1].T  # x_new = x_old D
+        return M
 
     def restandardized(self, standardizer):
         """The same counts in other standardized coordinates (a new object).
@@ -275,6 +303,7 @@ class RowCounts:
                 f"readout={self.readout!r}."
             )
         self.readout = self.readout if self.readout is not None else other.readout
+        self.terms = self.terms if self.terms is not None else other.terms
         if self.y_sq is not None:
             self.y_sq += other.y_sq
             self.y_cross += other.y_cross
@@ -358,13 +387,13 @@ class SufficientStatistics(RowCounts):
             G4[jp[:, None], jd[None, :], kp[:, None], kd[None, :]]
         )
 
-    def _add(self, X, lengths, Y, w, readout):
-        n_samples, n_tokens = X.shape[:2]
+    def add_rows(self, rows):
+        """Add standardized rows (:class:`~.._moments.Rows`): Gram matrix, moment, counts."""
         per_row = 3 * n_pairs(self.d) + 2 * self.d + (self.d_out or 0) * (self.d + 2)
-        per_sample = sample_values(self.d, n_tokens, readout, per_row)
-        for sl in iter_sample_chunks(n_samples, per_sample):
-            S, x, wr, Yr = chunk_rows(X, lengths, sl, readout, Y, w, self.standardizer)
-            self._accumulate(S, x, wr, Yr)
+        for sl in iter_sample_chunks(rows.n_rows, per_row):
+            self._accumulate(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],
+                             None if rows.Y is None else rows.Y[sl])
+        return self
 
     def _accumulate(self, S, x, w, Yr):
         """Add the rows ``kron(S_r, x_r)`` with weights w (None: ones) and targets Yr."""
@@ -468,7 +497,7 @@ class SufficientStatistics(RowCounts):
         SufficientStatistics
             A new object; this one is unchanged.
         """
-        out, wf, yf = self._copy_into(standardizer)
+        out, wf, target_map = self._copy_into(standardizer)
         if wf is None:
             return out
         A, B = feature_map(self.standardizer, standardizer)
@@ -482,7 +511,7 @@ class SufficientStatistics(RowCounts):
         if self.moment is not None:
             b = self.moment.reshape(P, d, self.d_out)
             b = np.einsum("ip,jl,pla->ija", A, B, b).reshape(P * d, self.d_out)
-            out.moment = b * yf
+            out.moment = (b @ target_map) * wf
         return out
 
     def merge(self, other):

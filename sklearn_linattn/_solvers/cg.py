@@ -8,12 +8,11 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from .._features import features_matvec, features_rmatvec, n_attention_features
-from .._memory import iter_sample_chunks, n_pairs, resolve_budget, sample_values
+from .._memory import iter_sample_chunks, n_pairs, resolve_budget
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
-from ._rows import chunk_rows, count_rows
 from ._solution import SpectralSolution, ridge_penalty, zero_design_solution
 
-__all__ = ["solve_cg", "solve_implicit"]
+__all__ = ["cg_cache_dtype", "solve_cg", "solve_implicit"]
 
 # Default iteration cap of "cg".
 _CG_MAX_ITER = 1000
@@ -27,40 +26,37 @@ _CG_CACHE_FRACTION = {np.dtype(np.float64): 1 / 8, np.dtype(np.float32): 1 / 4}
 class _ImplicitGram:
     """``G = Phi^T W Phi`` as products over the row factors; never formed.
 
-    Without a cache, one product ``G V`` (V of shape (psi, k)) recomputes the
-    row factors of every chunk of sequences (O(N n d^2)) and does two GEMMs
-    with them (O(N d^3 k)).  With ``cache_dtype``, :meth:`setup` keeps the
-    folded moments, last tokens and weights of every row (``n_rows * (P + d +
-    1)`` values) and :meth:`matmat` is just the two GEMMs, in that dtype.
-    A float32 cache makes :meth:`matmat` inexact (relative error about 1e-7):
-    :meth:`matmat_exact` then streams float64 products from X, and
-    :attr:`exact` is False.
+    The rows come from a :class:`~._rows.Design`: the fit's standardized rows
+    in memory (then they are the cache: :meth:`matmat` is two GEMMs per
+    chunk), or the sequences, whose rows each product recomputes
+    (O(N n d^2) per pass) unless :meth:`setup` keeps them in ``cache_dtype``
+    (``n_rows * (P + d + 1)`` values).  A float32 cache makes :meth:`matmat`
+    inexact (relative error about 1e-7): :meth:`matmat_exact` then streams
+    float64 products from the sequences, and :attr:`exact` is False.
     """
 
-    def __init__(self, X, lengths, readout, sample_weight=None, cache_dtype=None,
-                 standardizer=None, n_rows=None):
-        self.X, self.lengths, self.readout = X, lengths, readout
-        # Rows of positive weight (the cache's length), when the caller knows them.
-        self.n_rows = count_rows(lengths, readout, sample_weight) if n_rows is None else n_rows
-        self.sample_weight = sample_weight
-        self.standardizer = standardizer
-        self.n_samples, self.n_tokens, self.d = X.shape
+    def __init__(self, design, cache_dtype=None):
+        self.design = design
+        self.n_rows = design.n_rows
+        self.d = design.d
         self.P = n_pairs(self.d)
         self.psi = n_attention_features(self.d)
         self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
         self._cache = None
+        rows = design.rows
+        if rows is not None:
+            # Rows kept by the fit are the cache already (float32 ones for products
+            # only: exact products and the setup stream from the sequences).
+            self._cache, self.cache_dtype = (rows.S, rows.x, rows.w), None
 
     @property
     def exact(self):
         """Whether :meth:`matmat` is a float64 product."""
         return self._cache is None or self._cache[0].dtype == np.float64
 
-    def _chunks(self, k, Y=None):
-        per_row = self.P * (k + 2) + self.d * (k + 2)
-        per_sample = sample_values(self.d, self.n_tokens, self.readout, per_row)
-        for sl in iter_sample_chunks(self.n_samples, per_sample):
-            yield chunk_rows(self.X, self.lengths, sl, self.readout, Y, self.sample_weight,
-                              self.standardizer)
+    def _chunks(self, k):
+        """Exact (float64) rows, chunk by chunk."""
+        yield from self.design.row_chunks(self.P * (k + 2) + self.d * (k + 2), exact=True)
 
     def matmat(self, V):
         """``G @ V`` for V of shape (psi, k), from the cache when there is one."""
@@ -85,7 +81,7 @@ class _ImplicitGram:
         return np.ldexp(out, e[:, None]).T
 
     def matmat_exact(self, V):
-        """``G @ V`` in float64 (streamed from X unless the cache is float64)."""
+        """``G @ V`` in float64 (streamed from the sequences unless the cache is float64)."""
         V = np.asarray(V, dtype=np.float64)
         if V.ndim == 1:
             return self.matmat_exact(V[:, None])[:, 0]
@@ -94,30 +90,37 @@ class _ImplicitGram:
         k = V.shape[1]
         out = np.zeros((k, self.psi))
         Vt = np.ascontiguousarray(V.T)
-        for S, x, w, _ in self._chunks(k):
-            U = features_matvec(S, x, Vt)
-            if w is not None:
-                U *= w[:, None]
-            out += features_rmatvec(S, x, U)
+        for rows in self._chunks(k):
+            if rows.n_rows == 0:
+                continue
+            U = features_matvec(rows.S, rows.x, Vt)
+            if rows.w is not None:
+                U *= rows.w[:, None]
+            out += features_rmatvec(rows.S, rows.x, U)
         return out.T
 
-    def setup(self, Y=None):
-        """One pass: ``Phi^T W Y``, the Kronecker factors, the trace and the weight sum."""
+    def setup(self, counts=None):
+        """One pass: ``Phi^T W Y``, the Kronecker factors, the trace and the weight sum.
+
+        ``counts`` (a RowCounts without rows yet) is filled from the same pass.
+        """
         A = np.zeros((self.P, self.P))
         B = np.zeros((self.d, self.d))
-        d_out = None if Y is None else Y.shape[-1]
-        b = None if Y is None else np.zeros((d_out, self.psi))
+        b = None
         trace, n_rows, weight_sum = 0.0, 0, 0.0
         if self.cache_dtype is not None:
             total = self.n_rows
+            weighted = self.design.arrays[3] is not None
             cache = (np.empty((total, self.P), dtype=self.cache_dtype),
                      np.empty((total, self.d), dtype=self.cache_dtype),
-                     None if self.sample_weight is None
-                     else np.empty(total, dtype=self.cache_dtype))
-        for S, x, w, Yr in self._chunks(max(1, d_out or 1), Y):
+                     np.empty(total, dtype=self.cache_dtype) if weighted else None)
+        for rows in self._chunks(2):
+            S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
             m = S.shape[0]
             if m == 0:
                 continue
+            if counts is not None:
+                counts.add_rows(rows)
             if self.cache_dtype is not None:
                 cache[0][n_rows : n_rows + m] = S
                 cache[1][n_rows : n_rows + m] = x
@@ -134,9 +137,12 @@ class _ImplicitGram:
             n_rows += m
             weight_sum += float(rw.sum())
             if Yr is not None:
-                b += features_rmatvec(S, x, Yr * rw[:, None])
+                part = features_rmatvec(S, x, Yr * rw[:, None])
+                b = part if b is None else b + part
         if self.cache_dtype is not None:
             self._cache = cache
+        if b is None and self.design.n_targets:
+            b = np.zeros((self.design.n_targets, self.psi))
         return dict(A=A, B=B, b=b, trace=trace, weight_sum=weight_sum)
 
 
@@ -192,7 +198,7 @@ class _KroneckerPreconditioner:
         return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
 
 
-def _cg_cache_dtype(n_rows, d, memory_budget=None):
+def cg_cache_dtype(n_rows, d, memory_budget=None):
     """Dtype of the row-factor cache of "cg": float64 or float32 if it fits, else None.
 
     The cache holds ``n_rows * (P + d + 1)`` values: float64 when they fit in
@@ -217,24 +223,25 @@ def solve_cg(design, alpha=0.0, options=None):
     exact float64 products, so the results keep float64 guarantees).  Stops
     at a relative residual ``tol``; with ``alpha=0`` on a rank-deficient
     design returns the least-squares solution of minimal preconditioned norm.
-    ``options``: ``tol``, ``max_iter`` (default 1000), ``memory_budget`` and
-    optionally ``cache_dtype`` ("auto", None, "float32", "float64").  The
+    ``options``: ``tol``, ``max_iter`` (default 1000), ``memory_budget``,
+    optionally ``cache_dtype`` ("auto", None, "float32", "float64"),
+    ``residuals`` (True: keep ``G coef^T`` and the normal-equation residual
+    of an unpenalized fit, for the term columns' certificate) and ``counts``
+    (a RowCounts to fill from the setup pass, when the rows were not counted
+    before).  The
     algorithm: the user guide's theory page, "Solvers".
     """
     options = {} if options is None else options
-    X, lengths, Y, readout = design.X, design.lengths, design.Y, design.readout
-    n_rows = count_rows(lengths, readout, design.sample_weight) if design.n_rows is None else (
-        design.n_rows)
     cache_dtype = options.get("cache_dtype", "auto")
     if isinstance(cache_dtype, str) and cache_dtype == "auto":
-        cache_dtype = _cg_cache_dtype(n_rows, X.shape[2], options.get("memory_budget"))
-    op = _ImplicitGram(X, lengths, readout, design.sample_weight, cache_dtype=cache_dtype,
-                       standardizer=design.standardizer, n_rows=n_rows)
+        cache_dtype = cg_cache_dtype(design.n_rows, design.d, options.get("memory_budget"))
+    op = _ImplicitGram(design, cache_dtype=cache_dtype)
     started = time.perf_counter()
-    setup = op.setup(Y)
+    setup = op.setup(options.get("counts"))
     setup_seconds = time.perf_counter() - started
     solution = solve_implicit(op, setup, standardizer=design.standardizer,
                               dtype=design.dtype, alpha=alpha, options=options)
+    solution.gram_product = op.matmat_exact
     if solution.diagnostics is not None:
         solution.diagnostics["setup_seconds"] = setup_seconds
     return solution
@@ -284,14 +291,19 @@ def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
                 ConvergenceWarning,
             )
         coef = C.T
+    gram_coef = residual = None
+    if has_targets and not alpha and options.get("residuals"):
+        # One exact product: what a rigorous bound of the term columns' Schur
+        # complement needs (the CG residual is only below tol).
+        gram_coef = op.matmat_exact(coef.T)
+        residual = setup["b"].T - gram_coef
     identifiable = ext["lambda_min"] - ext["error"] > ext["tol"]
     if identifiable:
         rank = op.psi
     else:
         rank = op.psi - max(1, int(np.count_nonzero(ext["values"] <= ext["tol"])))
     return SpectralSolution(
-        coef=None,
-        standardized_coef=coef,
+        coef=coef,
         standardizer=standardizer,
         tol=ext["tol"],
         lambda_max=ext["lambda_max"],
@@ -306,4 +318,6 @@ def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
         n_iter=n_iter,
         moment=setup["b"].T if has_targets else None,
         diagnostics=ext.get("diagnostics"),
+        gram_coef=gram_coef,
+        normal_residual=residual,
     )

@@ -17,9 +17,10 @@ def solve_svd(design, alpha=0.0, options=None):
     eigenvalues of the Gram matrix are the squared singular values.  Memory
     O(n_rows * psi).
     """
-    psi = n_attention_features(design.X.shape[2])
+    psi = n_attention_features(design.d)
     standardizer = design.standardizer
-    S, x, w, Yr = design.rows()
+    rows = design.all_rows()
+    S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
     Phi = _outer_features(S, x)
     if w is not None:
         sw = np.sqrt(w)
@@ -45,9 +46,10 @@ def solve_dual(design, alpha=0.0, options=None):
     above the zero-eigenvalue tolerance, giving the minimum-norm solution).
     Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
     """
-    psi = n_attention_features(design.X.shape[2])
+    psi = n_attention_features(design.d)
     standardizer = design.standardizer
-    S, x, w, Yr = design.rows()
+    rows = design.all_rows()
+    S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
     K = (S @ S.T) * (x @ x.T)
     sw = None if w is None else np.sqrt(w)
     if sw is not None:
@@ -77,8 +79,7 @@ def solve_dual(design, alpha=0.0, options=None):
         a = U @ (inv[:, None] * proj)  # dual coefficients, (m, d_out)
         coef = features_rmatvec(S, x, a if sw is None else a * sw[:, None])
     return SpectralSolution(
-        coef=None,
-        standardized_coef=coef,
+        coef=coef,
         standardizer=standardizer,
         tol=tol,
         lambda_max=float(eig[0]),

@@ -8,8 +8,20 @@ import scipy.sparse
 from scipy.sparse.linalg import lsmr
 from sklearn.exceptions import ConvergenceWarning
 
-from .._features import n_attention_features, sparse_feature_rows, sparse_target_rows
-from .._memory import DENSE_ARRAYS, default_memory_budget, resolve_budget, single_blas_thread
+from .._features import (
+    last_tokens,
+    n_attention_features,
+    sparse_feature_rows,
+    sparse_target_rows,
+)
+from .._memory import (
+    DENSE_ARRAYS,
+    default_memory_budget,
+    resolve_budget,
+    single_blas_thread,
+    zero_padding,
+)
+from .._moments import with_terms
 from .._spectrum import descending_eigh, eigenvalue_tolerance, sparse_largest_eigenvalue
 from ._solution import SpectralSolution, ridge_penalty
 
@@ -41,8 +53,8 @@ def solve_lsmr(design, alpha=0.0, options=None):
     """
     options = {} if options is None else options
     max_iter, memory_budget = options.get("max_iter"), options.get("memory_budget")
-    X, lengths, Y, readout = design.X, design.lengths, design.Y, design.readout
-    sample_weight, standardizer, dtype = design.sample_weight, design.standardizer, design.dtype
+    X, lengths, Y, sample_weight = design.arrays
+    readout, standardizer, dtype = design.readout, design.standardizer, design.dtype
     psi = n_attention_features(X.shape[2])
     # The rows themselves may use the whole budget; ``memory_budget`` decides
     # only whether the certificate's dense eigen-decomposition fits.
@@ -52,6 +64,13 @@ def solve_lsmr(design, alpha=0.0, options=None):
     H = H.astype(np.float64, copy=False)
     Yr = None if Y is None else standardizer.transform_targets(
         sparse_target_rows(Y, lengths, readout, sample))
+    if design.terms:
+        # The term columns [1, x] of the standardized row tokens.
+        tokens = zero_padding(np.asarray(X, dtype=np.float64), lengths)
+        if readout == "last":
+            tokens = last_tokens(tokens, lengths)
+        x = standardizer.transform(sparse_target_rows(tokens, lengths, readout, sample))
+        Yr = with_terms(Yr, x, design.terms)
     if sample_weight is not None:
         w = standardizer.transform_weights(np.asarray(sample_weight, dtype=np.float64))
         sw = np.sqrt(w[sample])
@@ -124,8 +143,7 @@ def solve_lsmr(design, alpha=0.0, options=None):
         min_vector = np.zeros(psi)
         min_vector[np.flatnonzero(inactive)[0]] = 1.0
     return SpectralSolution(
-        coef=None,
-        standardized_coef=coef,
+        coef=coef,
         standardizer=standardizer,
         tol=tol,
         lambda_max=lam_max,

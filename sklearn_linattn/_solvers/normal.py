@@ -93,8 +93,7 @@ def solve_cholesky(stats, alpha=0.0):
         else:
             coef = coef_from_gram(G_ridge, stats.moment, ridge)
     return SpectralSolution(
-        coef=None,
-        standardized_coef=coef,
+        coef=coef,
         standardizer=stats.standardizer,
         tol=tol,
         lambda_max=lam_max,

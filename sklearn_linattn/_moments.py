@@ -1,0 +1,393 @@
+"""The rows of the least squares: per-sequence moments, read from the tokens once.
+
+Every feature row is the Kronecker product ``kron(S_r, x_r)`` of a folded
+second moment ``S_r = sum_{t <= r} x_t x_t^T`` and the row's token ``x_r``
+(the last token for ``readout="last"``, each token for ``"all"``).  This
+module computes those factors from validated chunks of sequences:
+
+- :class:`MomentPass` is the pass of a fit over its chunks.  Each chunk's
+  moments come from its own tokens, as they are (scaled by powers of two
+  only when their products would leave float64); the standardized
+  coordinates (:class:`~._standardize.MomentScales`) are gathered from the
+  same moments; and the rows, kept as they came, are mapped into those
+  coordinates at the end as moments (``S -> A^T S A``, ``x -> x A``), never
+  the tokens again.
+- :func:`standardized_rows` gives the rows of a chunk in known coordinates:
+  the same map of its moments, or, for nearly collinear tokens (where the
+  map of a formed moment would lose ``eps cond`` of the small directions),
+  the moments of the mapped tokens.
+
+Rows of zero weight are dropped everywhere; targets follow their rows; the
+intercept and skip columns of a model with linear terms are appended to the
+targets from the standardized row tokens (``[1, x_r]``).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._features import pair_indices, row_factors
+from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
+from ._standardize import MomentScales, feature_map, pair_map, sequence_moments
+
+__all__ = ["MomentPass", "Rows", "standardized_rows", "with_terms"]
+
+# Provisional statistics are mapped into the final coordinates when the map of
+# the tokens between the two has a condition number below this (the map of
+# the Gram matrix then rounds at a few eps); else they are accumulated again.
+_MAP_CONDITION = 1.25
+# Rows in provisional coordinates with entries beyond this would bring the
+# Gram matrix (their sixth powers) near overflow: accumulated again instead.
+_MODERATE = 2.0**120
+
+
+@dataclass
+class Rows:
+    """Factors of feature rows ``H_r = kron(S_r, x_r)``, with weights and targets.
+
+    Attributes
+    ----------
+    S : ndarray of shape (m, P)
+        Folded second moments (in standardized coordinates: in the symmetric
+        embedding, pairs j < k weighted by sqrt(2) when whitened).
+    x : ndarray of shape (m, d)
+        Row tokens.
+    w : ndarray of shape (m,) or None
+        Positive row weights (None: all one).
+    Y : ndarray of shape (m, k) or None
+        Targets, the term columns last.
+    """
+
+    S: np.ndarray
+    x: np.ndarray
+    w: np.ndarray | None
+    Y: np.ndarray | None
+
+    @property
+    def n_rows(self):
+        return self.S.shape[0]
+
+    def astype(self, dtype):
+        """The same rows stored in another float dtype (the weights and targets stay float64)."""
+        return Rows(self.S.astype(dtype), self.x.astype(dtype), self.w, self.Y)
+
+    @staticmethod
+    def concatenate(parts, d, d_targets):
+        """One Rows of several (empty ones included)."""
+        P = n_pairs(d)
+        parts = [p for p in parts if p.n_rows] or [
+            Rows(np.zeros((0, P)), np.zeros((0, d)), None,
+                 None if d_targets is None else np.zeros((0, d_targets)))]
+        weighted = any(p.w is not None for p in parts)
+        return Rows(
+            np.concatenate([p.S for p in parts]),
+            np.concatenate([p.x for p in parts]),
+            np.concatenate([np.ones(p.n_rows) if p.w is None else p.w for p in parts])
+            if weighted else None,
+            None if parts[0].Y is None else np.concatenate([p.Y for p in parts]),
+        )
+
+
+def _row_targets(Y, lengths, readout, sample):
+    """Targets of the rows (None passes)."""
+    if Y is None:
+        return None
+    Y = np.asarray(Y, dtype=np.float64)
+    if readout == "last":
+        return Y
+    return Y[real_tokens(lengths, Y.shape[1])] if sample.size != Y.shape[0] * Y.shape[1] else (
+        Y.reshape(-1, Y.shape[-1]))
+
+
+def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None):
+    """Rows of a zero-padded float64 chunk in its own units ``2**-e`` (with ``e``).
+
+    ``S_seq`` and ``e`` are the chunk's :func:`~._standardize.sequence_moments`
+    when already computed.
+    """
+    if S_seq is None:
+        S_seq, e = sequence_moments(X)
+    if readout == "last":
+        j, k = pair_indices(X.shape[2])
+        S = S_seq[:, j, k]
+        x = X[np.arange(X.shape[0]), lengths - 1]
+        sample = np.arange(X.shape[0])
+        if e.any():
+            x = np.ldexp(x, -e)
+    else:
+        Xs = np.ldexp(X, -e) if e.any() else X
+        S, x, sample = row_factors(Xs, lengths, "all")
+    Yr = _row_targets(Y, lengths, readout, sample)
+    wr = None if w is None else np.asarray(w, dtype=np.float64)[sample]
+    if wr is not None and not np.all(wr > 0):
+        keep = wr > 0
+        S, x, wr = S[keep], x[keep], wr[keep]
+        Yr = None if Yr is None else Yr[keep]
+    return Rows(np.ascontiguousarray(S), np.ascontiguousarray(x), wr, Yr), e
+
+
+def _token_map(standardizer, e):
+    """``A`` with ``x_std = x_e A`` for tokens ``x_e = x 2**-e`` (exact powers of two)."""
+    shift = (e - standardizer.exponents)[:, None]
+    W = np.eye(standardizer.d) if standardizer.whitening is None else standardizer.whitening
+    with np.errstate(under="ignore"):
+        return np.ldexp(W, shift)
+
+
+def with_terms(Yr, x, terms):
+    """Targets with the term columns ``[1, x]`` of the standardized row tokens appended."""
+    if terms is None or not terms:
+        return Yr
+    parts = [] if Yr is None else [Yr]
+    if terms.intercept:
+        parts.append(np.ones((x.shape[0], 1)))
+    if terms.skip:
+        parts.append(np.asarray(x, dtype=np.float64))
+    return np.concatenate(parts, axis=1)
+
+
+def _map_rows(rows, e, standardizer, terms):
+    """Rows in units ``2**-e`` -> rows in the standardizer's coordinates (their moments mapped)."""
+    A = _token_map(standardizer, e)
+    R = pair_map(A) * standardizer.pair_weights[:, None]
+    Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
+    x = rows.x @ A
+    return Rows(rows.S @ R.T, x, standardizer.transform_weights(rows.w),
+                with_terms(Yr, x, terms))
+
+
+def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weight=None,
+                      terms=None):
+    """Rows of a chunk of sequences in the standardizer's coordinates.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Tokens; anything (NaN included) at positions ``>= lengths``.
+    lengths : ndarray of int, shape (n_samples,)
+    readout : {"last", "all"}
+    standardizer : TokenStandardizer
+    Y : ndarray or None
+        Targets as validated (shape per readout).
+    sample_weight : ndarray of shape (n_samples,) or None
+    terms : LinearTerms or None
+        Term columns to append to the targets.
+
+    Returns
+    -------
+    rows : Rows
+        Rows of positive weight, targets and weights standardized too.
+    """
+    X = zero_padding(np.asarray(X, dtype=np.float64), np.asarray(lengths))
+    if standardizer.collinear:
+        # Nearly collinear tokens: the moments of the standardized tokens.
+        Xs = standardizer.transform(X)
+        rows, e = _raw_rows(Xs, lengths, readout, Y, sample_weight)
+        S, x = rows.S, rows.x
+        if e.any():  # back from the chunk's own units (standardized tokens are near 1)
+            j, k = pair_indices(X.shape[2])
+            S, x = np.ldexp(S, e[j] + e[k]), np.ldexp(x, e)
+        rows = Rows(S * standardizer.pair_weights, x, rows.w, rows.Y)
+        Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
+        return Rows(rows.S, rows.x, standardizer.transform_weights(rows.w),
+                    with_terms(Yr, rows.x, terms))
+    rows, e = _raw_rows(X, lengths, readout, Y, sample_weight)
+    return _map_rows(rows, e, standardizer, terms)
+
+
+class MomentPass:
+    """The pass of a fit over its validated chunks: scales, and rows or statistics as they come.
+
+    Each chunk is read once, in sub-chunks of a bounded size: its moments
+    give the scales (:class:`~._standardize.MomentScales`) and
+
+    - with ``keep_rows``, its rows are kept as they came (in the chunk's own
+      units) and mapped into the final coordinates by :meth:`rows`;
+    - with ``statistics``, its rows are accumulated at once into sufficient
+      statistics in *provisional* coordinates (those of the first chunk, or
+      given), so that memory does not grow with the data.  :meth:`statistics`
+      maps them into the final coordinates when the two are close, or says
+      that a second pass is needed.
+
+    Parameters
+    ----------
+    d : int
+    d_out : int or None
+        Number of real target columns (None: no targets).
+    readout : {"last", "all"}
+    keep_rows : int or None, default=None
+        Keep the rows, at most this many (an upper bound of the rows of
+        positive weight): one array of that size, filled as the chunks come
+        and mapped in place at the end.
+    statistics : callable or None, default=None
+        ``statistics(standardizer)`` makes the empty sufficient statistics to
+        accumulate into (``add_rows``, ``note_sequences``,
+        ``restandardized``); None accumulates none.
+    terms : LinearTerms or None, default=None
+        Term columns of the statistics' targets.
+    provisional : TokenStandardizer or None, default=None
+        Coordinates to accumulate the statistics in (None: the first chunk's).
+
+    Attributes
+    ----------
+    scales : MomentScales
+        The magnitudes and token second moment of all the chunks seen.
+    n_samples, n_tokens : int
+        Sequences seen (of positive weight) and the longest padded length.
+    """
+
+    def __init__(self, d, d_out, readout, *, keep_rows=None, statistics=None, terms=None,
+                 provisional=None):
+        self.d, self.d_out, self.readout = int(d), d_out, readout
+        self.scales = MomentScales(self.d, d_out)
+        self._kept = None if keep_rows is None else _KeptRows(
+            int(keep_rows), self.d, (d_out or 0) + (0 if not terms else terms.n_terms))
+        self._make_statistics = statistics
+        self._accumulate = statistics is not None
+        self._terms = terms if terms else None
+        self.provisional = provisional
+        self.stats = None
+        self._first = True
+        self.n_samples = 0
+        self.n_tokens = 0
+        self.dtype = np.dtype(np.float64)
+
+    def add(self, X, lengths, Y=None, sample_weight=None):
+        """Add a validated chunk: zero-padded X, its lengths, targets as validated, weights."""
+        X = np.asarray(X)
+        lengths = np.asarray(lengths)
+        if X.dtype.kind == "f" and X.dtype.itemsize < self.dtype.itemsize:
+            self.dtype = X.dtype
+        if self._first:
+            # Whether the tokens are sparse (one-hot: not whitened) is judged on
+            # the first chunk, at most 2**21 values: counting every chunk's
+            # non-zeros would cost a read of X of its own.
+            self.scales.add_density(X, lengths)
+        self.n_tokens = max(self.n_tokens, int(X.shape[1]))
+        self.n_samples += X.shape[0] if sample_weight is None else int(
+            np.count_nonzero(np.asarray(sample_weight) > 0))
+        n_samples, n_tokens, d = X.shape
+        per_sample = sample_values(d, n_tokens, self.readout, 3 * n_pairs(d) + 3 * d + 2)
+        for sl in iter_sample_chunks(n_samples, per_sample):
+            self._add(X[sl], lengths[sl], None if Y is None else Y[sl],
+                      None if sample_weight is None else np.asarray(sample_weight)[sl])
+        self._first = False
+        return self
+
+    def _add(self, X, lengths, Y, w):
+        X64 = np.asarray(X, dtype=np.float64)
+        S_seq, e = sequence_moments(X64)
+        self.scales.add(S_seq, lengths, e, w)
+        if Y is not None:
+            keep = slice(None) if w is None else w > 0
+            self.scales.add_targets(np.asarray(Y, dtype=np.float64)[keep])
+        if self._kept is None and not self._accumulate:
+            return
+        rows, e = _raw_rows(X64, lengths, self.readout, Y, w, S_seq, e)
+        if self._kept is not None:
+            self._kept.append(rows, e)
+        if self._accumulate:
+            self._accumulate_rows(X64, lengths, Y, w, rows, e)
+
+    def _accumulate_rows(self, X, lengths, Y, w, rows, e):
+        """The rows of a sub-chunk into the statistics, in the provisional coordinates."""
+        if self.provisional is None:
+            # The first chunk's own coordinates (its scales so far are all of it).
+            self.provisional = self.scales.finish()
+        st = self.provisional
+        if self.stats is None:
+            self.stats = self._make_statistics(st)
+        if self.stats is False:
+            return  # out of the provisional coordinates' range: a second pass
+        if st.collinear:
+            mapped = standardized_rows(X, lengths, self.readout, st, Y=Y, sample_weight=w,
+                                       terms=self._terms)
+        else:
+            mapped = _map_rows(rows, e, st, self._terms)
+        if mapped.n_rows and not _moderate(mapped):
+            self.stats = False
+            return
+        self.stats.add_rows(mapped)
+
+    def statistics(self, standardizer):
+        """The accumulated statistics in ``standardizer``'s coordinates, or None.
+
+        None when they must be accumulated again (a second pass): rows beyond
+        the provisional coordinates' range, or final coordinates too far from
+        the provisional ones for an accurate map of the Gram matrix (the map
+        of ``G`` rounds at ``eps cond(K)**2``, with ``K`` the map of the
+        features, about ``cond(D)**3`` for the map D of the tokens).
+        """
+        if not self.stats:
+            return None
+        stats = self.stats
+        stats.note_sequences(self.n_samples, self.n_tokens, self.dtype)
+        if stats.standardizer == standardizer:
+            return stats
+        D = feature_map(stats.standardizer, standardizer)[1]
+        sv = np.linalg.svd(D, compute_uv=False)
+        if not sv[-1] * _MAP_CONDITION >= sv[0]:
+            return None
+        return stats.restandardized(standardizer)
+
+    def rows(self, standardizer, terms=None):
+        """Every kept row in the standardizer's coordinates (targets with the term columns).
+
+        Mapped in place (the pass keeps no second copy).  Only for
+        coordinates whose map of moments is accurate (``not
+        standardizer.collinear``): collinear tokens are read again
+        (:func:`standardized_rows`).
+        """
+        if self._kept is None or standardizer.collinear:
+            raise ValueError("the rows were not kept, or need the tokens again.")
+        kept, self._kept = self._kept, None
+        return kept.mapped(standardizer, terms)
+
+
+class _KeptRows:
+    """Rows kept from the pass: one preallocated array, filled chunk by chunk in their units."""
+
+    def __init__(self, capacity, d, n_targets):
+        self.S = np.empty((capacity, n_pairs(d)))
+        self.x = np.empty((capacity, d))
+        self.Y = np.empty((capacity, n_targets)) if n_targets else None
+        self.w = None
+        self.n = 0
+        self.segments = []  # (start, stop, exponents of the chunk's units)
+
+    def append(self, rows, e):
+        m = rows.n_rows
+        if self.n + m > self.S.shape[0]:
+            raise ValueError(f"more rows than the {self.S.shape[0]} announced.")
+        sl = slice(self.n, self.n + m)
+        self.S[sl], self.x[sl] = rows.S, rows.x
+        if rows.Y is not None:
+            self.Y[sl, : rows.Y.shape[1]] = rows.Y
+        if rows.w is not None:
+            if self.w is None:
+                self.w = np.ones(self.S.shape[0])
+            self.w[sl] = rows.w
+        self.segments.append((self.n, self.n + m, e))
+        self.n += m
+
+    def mapped(self, standardizer, terms):
+        """The rows mapped into the standardizer's coordinates, in place."""
+        n_real = None if self.Y is None else self.Y.shape[1] - (0 if not terms else terms.n_terms)
+        for start, stop, e in self.segments:
+            for sl in iter_sample_chunks(stop - start, 2 * n_pairs(self.x.shape[1])):
+                sl = slice(start + sl.start, start + sl.stop)
+                rows = Rows(self.S[sl], self.x[sl], None,
+                            None if self.Y is None else self.Y[sl, :n_real])
+                mapped = _map_rows(rows, e, standardizer, terms)
+                self.S[sl], self.x[sl] = mapped.S, mapped.x
+                if self.Y is not None:
+                    self.Y[sl] = mapped.Y
+        n = self.n
+        w = None if self.w is None else standardizer.transform_weights(self.w[:n])
+        return Rows(self.S[:n], self.x[:n], w, None if self.Y is None else self.Y[:n])
+
+
+def _moderate(rows):
+    """Whether rows stay far from overflow in the Gram matrix (their sixth powers)."""
+    peak = max(float(np.abs(rows.S).max(initial=0.0)), float(np.abs(rows.x).max(initial=0.0)))
+    return np.isfinite(peak) and peak < _MODERATE
