@@ -30,8 +30,22 @@ import time
 import warnings
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
-from ._solvers import SOLVERS
+from . import (
+    LinearAttentionRegressor,
+    __version__,
+    _memory,
+    certify_identifiability,
+    load_model,
+    mhla_forward,
+    save_model,
+)
+from ._features import n_attention_features
+from ._io import _load_arrays
+from ._memory import n_pairs, real_tokens
+from ._solvers import SOLVERS, choose_solver, solver_memory
+from ._validation import check_number
 
 EXIT_OK = 0
 EXIT_INPUT = 1
@@ -82,7 +96,6 @@ class _UsageError(Exception):
 
 
 def _load_data(path, need_y):
-    from ._io import _load_arrays
 
     if not os.path.exists(path):
         raise _UserError(f"no such file: {path}")
@@ -130,7 +143,6 @@ def _emit(args, payload, lines):
 
 def _describe(X, token_dim, data_format="channels_last"):
     """'N sequences (d = .., psi = .. features)' from the raw array, before validation."""
-    from ._features import n_attention_features
 
     X = np.asarray(X)
     if X.ndim == 3:
@@ -169,7 +181,6 @@ def _stdout_to_stderr():
 
 
 def _fit(args):
-    from . import LinearAttentionRegressor, save_model
 
     output = _output_path(args.output, ".npz", "model")
     model = LinearAttentionRegressor(
@@ -241,7 +252,6 @@ def _fit(args):
 
 
 def _predict(args):
-    from . import load_model
 
     where = _output_path(args.output, ".npy", "predictions") if args.output else None
     try:
@@ -266,7 +276,6 @@ def _predict(args):
 
 
 def _certify(args):
-    from . import certify_identifiability
 
     X, _ = _load_data(args.data, need_y=False)
     with _stage(args, f"certifying {_describe(X, args.token_dim, args.data_format)}"):
@@ -298,9 +307,6 @@ def _demo_bytes(d, n_heads, n_samples, max_len):
     compression's design matrices (``n_heads d**2`` columns of ``psi`` rows,
     formed from a ``n_heads d**5`` tensor).
     """
-    from ._features import n_attention_features
-    from ._memory import n_pairs
-    from ._solvers import choose_solver, solver_memory
 
     psi = n_attention_features(d)
     n = n_samples or 4 * psi
@@ -315,10 +321,8 @@ def _demo_bytes(d, n_heads, n_samples, max_len):
 
 
 def _check_demo_size(args):
-    from ._features import n_attention_features
-    from ._memory import default_memory_budget
 
-    budget = default_memory_budget()
+    budget = _memory.default_memory_budget()
     need = _demo_bytes(args.d, args.heads, args.n_samples, args.max_len)
     if need <= budget:
         return
@@ -336,11 +340,7 @@ def _check_demo_size(args):
 
 
 def _demo(args):
-    from sklearn.exceptions import ConvergenceWarning
 
-    from . import LinearAttentionRegressor, mhla_forward
-    from ._features import n_attention_features
-    from ._memory import real_tokens
 
     if args.min_len > args.max_len:
         raise _UsageError(f"--min-len ({args.min_len}) exceeds --max-len ({args.max_len})")
@@ -428,7 +428,6 @@ def build_parser(prog="sklearn-linattn"):
     >>> args.command, args.data, args.check
     ('certify', 'data.npz', True)
     """
-    from . import __version__
 
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -533,7 +532,6 @@ def build_parser(prog="sklearn-linattn"):
 
 def _check_numeric_options(args):
     """Every numeric option in its range (finite, not negative, ...), else a usage error."""
-    from ._validation import check_number
 
     for name, expected in _NUMERIC_OPTIONS.items():
         value = getattr(args, name, None)

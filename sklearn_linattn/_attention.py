@@ -19,7 +19,8 @@ from ._memory import (
     single_blas_thread,
     zero_padding,
 )
-from ._standardize import SAFE_EXPONENT, max_exponent, scale_per_sample
+from ._standardize import SAFE_EXPONENT, scale_per_sample
+from ._units import max_exponent
 from ._validation import (
     as_real_array,
     check_heads,

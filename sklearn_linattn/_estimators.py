@@ -6,8 +6,12 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ._base import AttentionHeadsRegressorMixin
-from ._dask import dask_coordinates, dask_scales, dask_sufficient_statistics, \
-    is_dask_collection
+from ._dask import (
+    dask_coordinates,
+    dask_scales,
+    dask_sufficient_statistics,
+    is_dask_collection,
+)
 from ._dask_cg import dask_solve_cg
 from ._features import features_matvec, n_attention_features, row_factors
 from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values

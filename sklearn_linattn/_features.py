@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse
 
 from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
-from ._validation import check_lengths_array, check_readout
+from ._validation import check_lengths_array, check_readout, check_sequences
 
 __all__ = [
     "attention_features",
@@ -377,8 +377,6 @@ def attention_kernel(X, Y=None, *, token_dim=None):
     >>> bool(np.allclose(pred, X_new[:, -1, 0] * (X_new[:, :, 1] ** 2).sum(axis=1)))
     True
     """
-    from ._validation import check_sequences
-
     X, lengths_X = check_sequences(X, token_dim=token_dim)
     X = np.asarray(X, dtype=np.float64)
     if Y is None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._features import pair_indices
 from ._memory import real_tokens, resolve_budget
-from ._standardize import _exponent, max_exponent
+from ._units import _exponent, max_exponent
 from ._validation import (
     check_readout,
     check_sample_weight,

@@ -39,9 +39,16 @@ inputs).
 import numpy as np
 import scipy.linalg
 
-from ._features import fold_coefficients, pair_indices, unfold_coefficients
+from ._features import pair_indices
 from ._memory import iter_sample_chunks, zero_padding
 from ._spectrum import eigenvalue_tolerance
+from ._units import (
+    UnitMaps,
+    _check_finite,
+    _column_abs_max,
+    _exponent,
+    _pow2_scale,
+)
 
 __all__ = ["MomentScales", "TokenStandardizer", "scale_per_sample", "sequence_moments",
            "standardizer_for", "whitening"]
@@ -65,34 +72,7 @@ _REFINE_CONDITION = 2.0**16
 _NEVER = np.iinfo(np.int64).min // 4
 
 
-def _exponent(values):
-    """Integer e with ``2**e <= |v| < 2**(e + 1)`` elementwise (0 where v == 0)."""
-    mantissa, exp = np.frexp(np.asarray(values, dtype=np.float64))
-    return np.where(mantissa == 0, 0, exp - 1).astype(np.int64)
-
-
-def max_exponent(a, axis=None):
-    """Binary exponent e with ``max|a| = m * 2**e``, 0.5 <= m < 1 (0 for zeros)."""
-    return np.frexp(np.max(np.abs(a), axis=axis, initial=0.0))[1]
-
-
-def _ldexp(x, e):
-    """``np.ldexp`` whose overflow to inf is reported by :func:`_check_finite`, not warned."""
-    with np.errstate(over="ignore"):
-        return np.ldexp(x, e)
-
-
-def _check_finite(values, what):
-    """Raise if scaling back overflowed (NaN, e.g. at padded positions, passes)."""
-    if np.isinf(values).any():
-        raise ValueError(
-            f"{what} cannot be represented in float64 (they overflow): the data span "
-            "more orders of magnitude than float64 holds; rescale X or y."
-        )
-    return values
-
-
-class TokenStandardizer:
+class TokenStandardizer(UnitMaps):
     """Exact power-of-two scales and a whitening map of the tokens.
 
     Parameters
@@ -216,13 +196,6 @@ class TokenStandardizer:
         w = np.asarray(w, dtype=np.float64)
         return np.ldexp(w, -self.weight_exponent) if self.weight_exponent else w
 
-    def outputs_to_user(self, Y):
-        """Outputs (..., d_out) of a model fitted on standardized targets, in the user's units."""
-        Y = np.asarray(Y, dtype=np.float64)
-        if self.y_exponents is None or not self.y_exponents.any():
-            return Y
-        return _check_finite(_ldexp(Y, self.y_exponents), "The outputs")
-
     def scale_moments(self, S):
         """Folded moments (..., P) -> the moments of the standardized feature rows."""
         return S * self.pair_weights if self.whitening is not None else S
@@ -248,149 +221,6 @@ class TokenStandardizer:
             return coef
         shape = coef.shape
         return (coef.reshape(*shape[:-1], -1, self.d) / self.pair_weights[:, None]).reshape(shape)
-
-    # ------------------------------------------------------------ back to the user
-
-    def _feature_exponents(self):
-        """Exponent of each folded feature ``S[j, k] * x[l]``: e_j + e_k + e_l, shape (P, d)."""
-        j, k = pair_indices(self.d)
-        e = self.exponents
-        return (e[j] + e[k])[:, None] + e[None, :]
-
-    def _apply_token_map(self, C, M):
-        """``C x_1 M x_2 M x_3 M`` of unfolded coefficients C (d_out, d, d, d)."""
-        C = np.tensordot(C, M, axes=([1], [1]))  # (a, k, l, j)
-        C = np.tensordot(C, M, axes=([1], [1]))  # (a, l, j, k)
-        C = np.tensordot(C, M, axes=([1], [1]))  # (a, j, k, l)
-        return C
-
-    def coef_to_user(self, coef, *, targets=True):
-        """Folded coefficients on standardized data -> coefficients on the user's data.
-
-        ``targets=False`` maps a direction (no target scaling), e.g. a null vector.
-        """
-        coef = np.asarray(coef, dtype=np.float64)
-        if coef.ndim == 1:
-            return self.coef_to_user(coef[None], targets=targets)[0]
-        d, d_out = self.d, coef.shape[0]
-        coef = self.folded(coef)
-        if self.whitening is not None:
-            C = self._apply_token_map(unfold_coefficients(coef, d), self.whitening)
-            coef = fold_coefficients(C)
-        shift = -self._feature_exponents().reshape(1, -1)
-        if targets and self.y_exponents is not None:
-            shift = shift + self.y_exponents[:, None]
-        if shift.any():
-            coef = _ldexp(coef.reshape(d_out, -1), shift)
-        return _check_finite(coef, "The coefficients on the data's own units")
-
-    def coef_from_user(self, coef, *, targets=True):
-        """Inverse of :meth:`coef_to_user`."""
-        coef = np.asarray(coef, dtype=np.float64)
-        if coef.ndim == 1:
-            return self.coef_from_user(coef[None], targets=targets)[0]
-        d_out = coef.shape[0]
-        shift = self._feature_exponents().reshape(1, -1)
-        if targets and self.y_exponents is not None:
-            shift = shift - self.y_exponents[:, None]
-        if shift.any():
-            coef = _ldexp(coef, shift)
-        if self.whitening is not None:
-            C = self._apply_token_map(unfold_coefficients(coef, self.d), self.inverse_whitening)
-            coef = fold_coefficients(C).reshape(d_out, -1, self.d) / self.pair_weights[:, None]
-        return _check_finite(coef.reshape(d_out, -1), "The standardized coefficients")
-
-    @property
-    def inverse_whitening(self):
-        if self._inverse is None and self.whitening is not None:
-            self._inverse = scipy.linalg.inv(self.whitening)
-        return self._inverse
-
-    def heads_to_user(self, V, Q):
-        """Heads fitted on standardized data -> heads on the user's data (same function).
-
-        ``V_h -> V_h W^T`` and ``Q_h -> W Q_h W^T``, then the exact scales:
-        ``V[h, a, j] * 2**(ey_a - e_j)`` and ``Q[h, k, l] * 2**(-e_k - e_l)``,
-        split per head (``V_h 2**-m``, ``Q_h 2**m`` is the same head) so that
-        both stay representable.
-        """
-        V = np.asarray(V, dtype=np.float64)
-        Q = np.asarray(Q, dtype=np.float64)
-        if V.shape[0] == 0:
-            return V.copy(), Q.copy()
-        if self.whitening is not None:
-            W = self.whitening
-            V = V @ W.T
-            Q = W @ Q @ W.T
-        e = self.exponents
-        ey = np.zeros(V.shape[1], dtype=np.int64) if self.y_exponents is None else self.y_exponents
-        xv = ey[:, None] - e[None, :]  # (d_out, d)
-        xq = -(e[:, None] + e[None, :])  # (d, d)
-        if not (xv.any() or xq.any()):
-            return V, Q
-        # Largest exponent of each head's entries after scaling, to balance them.
-        with np.errstate(divide="ignore"):
-            lv = np.where(V != 0, np.log2(np.abs(V)) + xv, -np.inf).reshape(len(V), -1).max(1)
-            lq = np.where(Q != 0, np.log2(np.abs(Q)) + xq, -np.inf).reshape(len(Q), -1).max(1)
-        ok = np.isfinite(lv) & np.isfinite(lq)
-        m = np.where(ok, np.floor((np.where(ok, lv, 0) - np.where(ok, lq, 0)) / 2), 0)
-        m = m.astype(np.int64)
-        V = _ldexp(V, xv[None] - m[:, None, None])
-        Q = _ldexp(Q, xq[None] + m[:, None, None])
-        _check_finite(V, "The value matrices on the data's own units")
-        _check_finite(Q, "The key-query matrices on the data's own units")
-        return V, Q
-
-    def heads_from_user(self, V, Q):
-        """Heads on the user's data -> heads on standardized data (inverse of :meth:`heads_to_user`)."""
-        V = np.asarray(V, dtype=np.float64)
-        Q = np.asarray(Q, dtype=np.float64)
-        e = self.exponents
-        ey = np.zeros(V.shape[1], dtype=np.int64) if self.y_exponents is None else self.y_exponents
-        V = _ldexp(V, (e[None, :] - ey[:, None])[None])
-        Q = _ldexp(Q, (e[:, None] + e[None, :])[None])
-        if self.whitening is not None:
-            Wi = self.inverse_whitening
-            V = V @ Wi.T
-            Q = Wi @ Q @ Wi.T
-        _check_finite(V, "The value matrices in standardized units")
-        _check_finite(Q, "The key-query matrices in standardized units")
-        return V, Q
-
-    def inputs_to_user(self, Z):
-        """Standardized sequences -> the user's sequences (inverse of :meth:`transform`)."""
-        Z = np.asarray(Z, dtype=np.float64)
-        if self.whitening is not None:
-            Z = Z @ self.inverse_whitening
-        if self.exponents.any():
-            Z = _ldexp(Z, self.exponents)
-        return _check_finite(Z, "The sequence on the data's own units")
-
-
-def _column_abs_max(A):
-    """``np.abs(A).max(axis=0)`` of a 2-D array, fast for few columns.
-
-    A reduction over the rows of an (m, d) array with small d runs d lanes
-    wide; grouping k rows into one row of k * d values makes it k times wider.
-    """
-    m, d = A.shape
-    k = max(1, 1024 // max(d, 1))
-    head = (m // k) * k
-    out = np.zeros(d)
-    if head:
-        B = A[:head].reshape(-1, k * d)
-        out = np.maximum(B.max(axis=0), -B.min(axis=0)).reshape(k, d).max(axis=0)
-    if head < m:
-        out = np.maximum(out, np.abs(A[head:]).max(axis=0))
-    return out
-
-
-def _pow2_scale(X, e):
-    """``X * 2**e`` per last axis, exactly (a product by exact powers of two)."""
-    e = np.asarray(e)
-    if np.abs(e).max(initial=0) < 1000:  # 2**e is a normal float64: multiply
-        return X * np.ldexp(1.0, e)
-    return np.ldexp(X, e)
 
 
 def sequence_moments(X):

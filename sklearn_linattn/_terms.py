@@ -34,7 +34,7 @@ import numpy as np
 
 from ._features import features_matvec
 from ._memory import n_pairs, real_tokens
-from ._standardize import _check_finite, _ldexp
+from ._units import _check_finite, _ldexp
 
 __all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms",
            "schur_complement"]

@@ -20,7 +20,7 @@ from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
 from ._local_certificate import _NO_EXPONENT, standardized_heads
 from ._memory import real_tokens
-from ._standardize import max_exponent
+from ._units import max_exponent
 from ._validation import (
     as_real_array,
     check_heads,

@@ -6,7 +6,8 @@ import numpy as np
 import scipy.linalg
 
 from .._spectrum import eigenvalue_tolerance
-from .._standardize import TokenStandardizer, _exponent
+from .._standardize import TokenStandardizer
+from .._units import _exponent
 
 __all__ = ["SpectralSolution", "coef_from_gram", "coef_from_spectrum", "dense_solution",
            "ridge_penalty", "zero_design_solution"]
