@@ -32,15 +32,11 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from . import (
-    LinearAttentionRegressor,
-    __version__,
-    _memory,
-    certify_identifiability,
-    load_model,
-    mhla_forward,
-    save_model,
-)
+# The package's functions are looked up on the package at each call, so that
+# what a caller (or a test) puts there is what the command line runs.
+import sklearn_linattn as package
+
+from . import _memory
 from ._features import n_attention_features
 from ._io import _load_arrays
 from ._memory import n_pairs, real_tokens
@@ -183,7 +179,7 @@ def _stdout_to_stderr():
 def _fit(args):
 
     output = _output_path(args.output, ".npz", "model")
-    model = LinearAttentionRegressor(
+    model = package.LinearAttentionRegressor(
         readout=args.readout,
         alpha=args.alpha,
         n_heads=args.n_heads,
@@ -211,7 +207,7 @@ def _fit(args):
         train_r2 = model.score(X, y)
     # A loaded model should not print progress in the user's later code.
     model.set_params(verbose=0)
-    save_model(model, output)
+    package.save_model(model, output)
     cert = model.certificate_
     payload = {
         "model": output,
@@ -255,7 +251,7 @@ def _predict(args):
 
     where = _output_path(args.output, ".npy", "predictions") if args.output else None
     try:
-        model = load_model(args.model)
+        model = package.load_model(args.model)
     except ValueError as exc:
         raise _UserError(str(exc)) from None
     X, _ = _load_data(args.data, need_y=False)
@@ -279,7 +275,7 @@ def _certify(args):
 
     X, _ = _load_data(args.data, need_y=False)
     with _stage(args, f"certifying {_describe(X, args.token_dim, args.data_format)}"):
-        cert = certify_identifiability(X, readout=args.readout, token_dim=args.token_dim,
+        cert = package.certify_identifiability(X, readout=args.readout, token_dim=args.token_dim,
                                        data_format=args.data_format, tol=args.tol,
                                        fit_intercept=args.fit_intercept,
                                        fit_skip=args.fit_skip)
@@ -356,7 +352,7 @@ def _demo(args):
         X = scale * rng.normal(size=(n, max_len, d))
         lengths = rng.integers(min_len, max_len + 1, size=n)
         X[~real_tokens(lengths, max_len)] = np.nan
-        y = mhla_forward(np.nan_to_num(X), V, Q, lengths)[:, 0]
+        y = package.mhla_forward(np.nan_to_num(X), V, Q, lengths)[:, 0]
         return X, y
 
     n_test, long = _DEMO_TEST_SEQUENCES, 4 * args.max_len
@@ -375,13 +371,14 @@ def _demo(args):
     start = time.perf_counter()
     with _stage(args, f"fitting the closed form ({n_samples} sequences, psi = {psi} "
                 "features)"):
-        full = LinearAttentionRegressor().fit(X, y)
+        full = package.LinearAttentionRegressor().fit(X, y)
     t_fit = time.perf_counter() - start
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         with _stage(args, f"fitting again and compressing to {n_heads} head(s)"):
-            small = LinearAttentionRegressor(n_heads=n_heads, random_state=args.seed).fit(X, y)
+            small = package.LinearAttentionRegressor(n_heads=n_heads,
+                                                     random_state=args.seed).fit(X, y)
     t_small = time.perf_counter() - start
 
     def ood_error(model):
@@ -435,7 +432,7 @@ def build_parser(prog="sklearn-linattn"):
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def quiet_option(p):
