@@ -11,7 +11,6 @@ import os
 
 import numpy as np
 from sklearn import get_config
-from sklearn.utils import gen_batches
 from threadpoolctl import threadpool_limits
 
 __all__ = [
@@ -173,10 +172,12 @@ def iter_sample_chunks(n_samples, values_per_sample, budget=None):
     if budget is None:
         working = float(get_config()["working_memory"]) * 2**20
         budget = int(min(CHUNK_BYTES, working)) // 8
-    if int(n_samples) == 0:
-        return
+    n_samples = int(n_samples)
     step = max(1, int(budget) // max(1, int(values_per_sample)))
-    yield from gen_batches(int(n_samples), step)
+    # A plain loop: scikit-learn's gen_batches validates its parameters at every
+    # call, which costs more than the work of a small chunk.
+    for start in range(0, n_samples, step):
+        yield slice(start, min(start + step, n_samples))
 
 
 def single_blas_thread():

@@ -24,6 +24,8 @@ targets from the standardized row tokens (``[1, x_r]``).
 
 from dataclasses import dataclass
 
+import functools
+
 import numpy as np
 
 from ._features import pair_indices, row_factors
@@ -108,10 +110,13 @@ def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None):
     if S_seq is None:
         S_seq, e = sequence_moments(X)
     if readout == "last":
-        j, k = pair_indices(X.shape[2])
-        S = S_seq[:, j, k]
-        x = X[np.arange(X.shape[0]), lengths - 1]
-        sample = np.arange(X.shape[0])
+        n, n_tokens, d = X.shape
+        j, k = pair_indices(d)
+        S = np.take(S_seq.reshape(n, d * d), j * d + k, axis=1)
+        # Full sequences: the last token is a view, not a gather.
+        x = (X[:, -1] if lengths.size and lengths.min() == n_tokens
+             else X[np.arange(n), lengths - 1])
+        sample = np.arange(n)
         if e.any():
             x = np.ldexp(x, -e)
     else:
@@ -252,31 +257,44 @@ class MomentPass:
         self.n_tokens = 0
         self.dtype = np.dtype(np.float64)
 
-    def add(self, X, lengths, Y=None, sample_weight=None):
-        """Add a validated chunk: zero-padded X, its lengths, targets as validated, weights."""
+    def add(self, X, lengths, Y=None, sample_weight=None, complete=None):
+        """Add a validated chunk: zero-padded X, its lengths, targets as validated, weights.
+
+        ``lengths`` None: X's values were not checked (readout "last"); its
+        moments check them, and ``complete(X)`` (the validation's own check,
+        with its messages) gives ``(X, lengths)`` when one is not finite.
+        """
         X = np.asarray(X)
-        lengths = np.asarray(lengths)
         if X.dtype.kind == "f" and X.dtype.itemsize < self.dtype.itemsize:
             self.dtype = X.dtype
-        if self._first:
-            # Whether the tokens are sparse (one-hot: not whitened) is judged on
-            # the first chunk, at most 2**21 values: counting every chunk's
-            # non-zeros would cost a read of X of its own.
-            self.scales.add_density(X, lengths)
         self.n_tokens = max(self.n_tokens, int(X.shape[1]))
         self.n_samples += X.shape[0] if sample_weight is None else int(
             np.count_nonzero(np.asarray(sample_weight) > 0))
         n_samples, n_tokens, d = X.shape
         per_sample = sample_values(d, n_tokens, self.readout, 3 * n_pairs(d) + 3 * d + 2)
         for sl in iter_sample_chunks(n_samples, per_sample):
-            self._add(X[sl], lengths[sl], None if Y is None else Y[sl],
-                      None if sample_weight is None else np.asarray(sample_weight)[sl])
+            sub = None if lengths is None else np.asarray(lengths)[sl]
+            done = functools.partial(complete, offset=sl.start) if complete else None
+            self._add(X[sl], sub, None if Y is None else Y[sl],
+                      None if sample_weight is None else np.asarray(sample_weight)[sl], done)
         self._first = False
         return self
 
-    def _add(self, X, lengths, Y, w):
+    def _add(self, X, lengths, Y, w, complete):
         X64 = np.asarray(X, dtype=np.float64)
-        S_seq, e = sequence_moments(X64)
+        S_seq, e = sequence_moments(X64, check=lengths is None)
+        if lengths is None:
+            if S_seq is None:  # a value is not finite: the validation's own check
+                X, lengths = complete(X)
+                X64 = np.asarray(X, dtype=np.float64)
+                S_seq, e = sequence_moments(X64)
+            else:
+                lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
+        if self._first:
+            # Whether the tokens are sparse (one-hot: not whitened) is judged on
+            # the first chunk, at most 2**21 values: counting every chunk's
+            # non-zeros would cost a read of X of its own.
+            self.scales.add_density(X64, lengths)
         self.scales.add(S_seq, lengths, e, w)
         if Y is not None:
             keep = slice(None) if w is None else w > 0

@@ -57,13 +57,15 @@ class SequenceData:
         self.X, self.lengths, self.Y, self.sample_weight = X, lengths, Y, sample_weight
         self.readout_rows = readout
 
-    def solver_batches(self):
-        """Chunks ``(X, lengths, Y, w)`` of whole sequences, zero-padded."""
+    def solver_batches(self, defer=False):
+        """Chunks ``(X, lengths, Y, w)`` of whole sequences, zero-padded (checked already:
+        with ``defer``, ``(X, lengths, Y, w, None)``)."""
         n_samples, n_tokens, d = self.X.shape
         for sl in iter_sample_chunks(n_samples, 3 * n_tokens * (n_pairs(d) + d)):
             Y = None if self.Y is None else self.Y[sl]
             w = None if self.sample_weight is None else self.sample_weight[sl]
-            yield zero_padding(self.X[sl], self.lengths[sl]), self.lengths[sl], Y, w
+            batch = (zero_padding(self.X[sl], self.lengths[sl]), self.lengths[sl], Y, w)
+            yield batch + (None,) if defer else batch
 
     def n_rows_bound(self, n_tokens=None):
         """Number of feature rows of positive weight."""
@@ -224,8 +226,8 @@ class StandardizedProblem:
             keep_rows=None if keep is None else data.n_rows_bound(shape[1]), statistics=make,
             terms=terms if terms else None,
             provisional=standardizer if standardizer is not None else provisional)
-        for X, lengths, Y, w in data.solver_batches():
-            moments.add(X, lengths, Y if d_out else None, w)
+        for X, lengths, Y, w, complete in data.solver_batches(defer=True):
+            moments.add(X, lengths, Y if d_out else None, w, complete)
         d = moments.d
         scales = moments.scales if previous is None else previous.copy().merge(moments.scales)
         if standardizer is None:

@@ -223,13 +223,17 @@ class TokenStandardizer(UnitMaps):
         return (coef.reshape(*shape[:-1], -1, self.d) / self.pair_weights[:, None]).reshape(shape)
 
 
-def sequence_moments(X):
+def sequence_moments(X, *, check=False):
     """Per-sequence second moments ``S_i = sum_t x_t x_t^T`` of finite zero-padded X, overflow-free.
 
     Parameters
     ----------
     X : ndarray of shape (n_samples, n_tokens, d)
         Finite tokens, zeros at padded positions.
+    check : bool, default=False
+        X's values were not checked: return ``(None, None)`` when a sum of
+        squares is not finite (a NaN, an infinity, or a square that
+        overflows; the caller checks X value by value then).
 
     Returns
     -------
@@ -250,7 +254,10 @@ def sequence_moments(X):
         X = X.astype(np.float64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         S = np.matmul(X.transpose(0, 2, 1), X)
-    peak = np.diagonal(S, axis1=1, axis2=2).max(axis=0, initial=0.0) if n else np.zeros(d)
+    diagonal = np.diagonal(S, axis1=1, axis2=2)
+    if check and not np.isfinite(diagonal).all():
+        return None, None
+    peak = diagonal.max(axis=0, initial=0.0) if n else np.zeros(d)
     unsafe = ~((peak == 0) | ((peak >= _SAFE_MOMENT_LOW) & (peak <= _SAFE_MOMENT_HIGH)))
     if (peak == 0).any():
         # Zero sums of squares are zeros, or squares that underflowed.

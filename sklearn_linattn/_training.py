@@ -4,6 +4,7 @@ Also the one check of the layout every entry point that fits runs before its
 work (:func:`check_layout`).
 """
 
+import functools
 import itertools
 import numbers
 import os
@@ -14,8 +15,12 @@ import numpy as np
 
 from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs
 from ._solvers import REGISTRY, solver_memory
-from ._standardize import MomentScales, refined_whitening
-from ._validation import check_sample_weight, check_sequences, check_targets
+from ._validation import (
+    check_sample_weight,
+    check_sequences,
+    check_targets,
+    complete_sequences,
+)
 from .exceptions import LayoutWarning
 
 __all__ = ["TrainingData", "check_layout"]
@@ -147,6 +152,11 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     return True
 
 
+def _full(X):
+    """Lengths of sequences with no padding."""
+    return np.full(X.shape[0], X.shape[1], dtype=np.int64)
+
+
 class TrainingData:
     """Training data, validated in chunks when X is a large array.
 
@@ -162,6 +172,11 @@ class TrainingData:
     def __init__(self, X, y, sample_weight, *, layout, readout, n_features_in=None):
         self.layout, self.readout, self.n_features_in = layout, readout, n_features_in
         self._first = self._rest = None
+        # With readout="last" the targets do not depend on the padding, so the
+        # check of X's values (NaN, infinity, the padding rule) can be left to
+        # the fit's pass, whose moments read every value anyway; it finishes
+        # the check (complete_sequences) only on a chunk with a non-finite one.
+        self._defer = readout == "last"
         self.chunked = (
             isinstance(X, np.ndarray)
             and X.ndim in (2, 3)
@@ -177,8 +192,10 @@ class TrainingData:
             self.sample_weight = check_sample_weight(sample_weight, self.n_samples)
         else:
             # Read only (statistics, solvers, or concatenated): no copy needed.
-            Xv, lengths = check_sequences(X, n_features_in=n_features_in, copy=False, **layout)
-            Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout,
+            Xv, lengths = check_sequences(X, n_features_in=n_features_in, copy=False,
+                                          defer_finite=self._defer, **layout)
+            Y, single = check_targets(y, _full(Xv) if lengths is None else lengths,
+                                      Xv.shape[1], readout=readout,
                                       data_format=layout["data_format"])
             w = check_sample_weight(sample_weight, Xv.shape[0])
             self._whole = (Xv, lengths, Y, single, w)
@@ -188,59 +205,41 @@ class TrainingData:
         check_layout((self.n_samples,) + Xf.shape[1:], readout=readout,
                      n_rows=self.n_rows_bound(Xf.shape[1]), d_out=Yf.shape[-1], **layout)
 
-    def batches(self):
-        """Validated ``(X, lengths, Y, single_output, sample_weight)`` batches, in order."""
+    def batches(self, defer=False):
+        """Validated ``(X, lengths, Y, single_output, sample_weight, name)`` batches, in order.
+
+        With ``defer`` (and readout "last"), ``lengths`` is None for a batch
+        whose values were not checked: :func:`complete_sequences` with its
+        ``name`` finishes the check.
+        """
         if not self.chunked:
-            yield self._whole
+            Xv, lengths, Y, single, w = self._whole
+            if lengths is None and not defer:
+                Xv, lengths = complete_sequences(Xv, copy=False)
+                self._whole = (Xv, lengths, Y, single, w)
+            yield Xv, lengths, Y, single, w, "X"
             return
         step = max(1, _VALIDATION_CHUNK // max(1, self.X[0].size))
         for start in range(0, self.n_samples, step):
             sl = slice(start, min(start + step, self.n_samples))
+            name = f"X[{sl.start}:{sl.stop}]"
             Xc, lc = check_sequences(
-                self.X[sl], n_features_in=self.n_features_in,
-                name=f"X[{sl.start}:{sl.stop}]", copy=False, **self.layout,
+                self.X[sl], n_features_in=self.n_features_in, name=name, copy=False,
+                defer_finite=defer and self._defer, **self.layout,
             )
             Yc, single = check_targets(
-                self.y[sl], lc, Xc.shape[1], readout=self.readout,
+                self.y[sl], _full(Xc) if lc is None else lc, Xc.shape[1], readout=self.readout,
                 name=f"y[{sl.start}:{sl.stop}]", data_format=self.layout["data_format"],
             )
             w = None if self.sample_weight is None else self.sample_weight[sl]
-            yield Xc, lc, Yc, single, w
+            yield Xc, lc, Yc, single, w, name
 
     def first(self):
         """The first validated batch: its shapes fix d, the outputs and ``single_output``."""
         if self._first is None:
-            self._rest = self.batches()
+            self._rest = self.batches(defer=True)
             self._first = next(self._rest)
-        return self._first
-
-    def scales(self):
-        """Token and target magnitudes of all the data (one pass over the batches).
-
-        Returns the :class:`~._standardize.MomentScales` whose
-        ``finish()`` gives the standardized coordinates.  For chunked data this
-        validates every chunk once more before the solver's own pass; errors in
-        the data are raised here, before any expensive work.
-        """
-        acc = None
-        self.first()
-        for Xc, lc, Yc, _, wc in itertools.chain([self._first], self._rest):
-            if acc is None:
-                acc = MomentScales(Xc.shape[2], Yc.shape[-1])
-            acc.update(Xc, lc, Yc, wc)
-        return acc
-
-    def coordinates(self, scales):
-        """The standardized coordinates ``scales.finish()``, refined on these sequences' own
-        standardized tokens (one more pass) when the tokens are nearly collinear
-        (:attr:`~._standardize.MomentScales.ill_conditioned`)."""
-        standardizer = scales.finish()
-        if not scales.ill_conditioned:
-            return standardizer
-        again = MomentScales(standardizer.d)
-        for Xc, lc, _, _, wc in self.batches():
-            again.update(standardizer.transform(Xc), lc, sample_weight=wc)
-        return refined_whitening(standardizer, again.second_moment())
+        return self._first[:5]
 
     def n_rows_bound(self, n_tokens):
         """Number of feature rows (an upper bound for ``readout="all"`` on chunked data)."""
@@ -253,10 +252,26 @@ class TrainingData:
             return int(lengths.sum() if w is None else lengths[w > 0].sum())
         return n * n_tokens
 
-    def solver_batches(self):
-        """Validated ``(X, lengths, Y, sample_weight)`` batches, as the solvers read them."""
-        for Xc, lc, Yc, _, wc in self.batches():
-            yield Xc, lc, Yc, wc
+    def solver_batches(self, defer=False):
+        """Validated ``(X, lengths, Y, sample_weight)`` batches, as the solvers read them.
+
+        With ``defer`` (the fit's pass), ``(X, lengths, Y, sample_weight,
+        complete)``: lengths None where X's values were not checked, and
+        ``complete(X)`` returns ``(X, lengths)`` checked (the messages of
+        :func:`check_sequences`, the padding zero-filled).  The first time, the
+        batch that :meth:`first` validated is not validated again; later
+        calls (a second pass) validate every chunk.
+        """
+        if defer and self._rest is not None:
+            first, rest, self._rest = self._first, self._rest, None
+            batches = itertools.chain([first], rest)
+        else:
+            batches = self.batches(defer=defer)
+        for Xc, lc, Yc, _, wc, name in batches:
+            if defer:
+                yield Xc, lc, Yc, wc, functools.partial(complete_sequences, name=name, copy=False)
+            else:
+                yield Xc, lc, Yc, wc
 
     def arrays(self, copy):
         """Whole-data arrays ``(X, lengths, Y, sample_weight)``, validated once more if chunked.
@@ -265,11 +280,11 @@ class TrainingData:
         or anything at padded positions; the solver ignores it by length).
         """
         if not self.chunked:
-            Xv, lengths, Y, _, w = self._whole
+            Xv, lengths, Y, _, w, _ = next(self.batches())
             return Xv, lengths, Y, w
         # Keep only what is needed of each validated chunk: its copy of the
         # sequences is dropped at once unless the solver needs them all.
-        parts = [(Xc if copy else None, lc, Yc) for Xc, lc, Yc, _, _ in self.batches()]
+        parts = [(Xc if copy else None, lc, Yc) for Xc, lc, Yc, _, _, _ in self.batches()]
         lengths = np.concatenate([p[1] for p in parts])
         Y = np.concatenate([p[2] for p in parts])
         if copy:

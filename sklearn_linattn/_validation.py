@@ -17,6 +17,7 @@ from ._memory import real_tokens
 
 __all__ = [
     "check_data_format",
+    "complete_sequences",
     "check_host_tensor",
     "check_lengths",
     "check_readout",
@@ -293,7 +294,7 @@ def sequence_lengths(X, *, name="X", offset=0):
 
 def check_sequences(
     X, *, token_dim=None, n_features_in=None, name="X", fill_value=0.0, copy=True,
-    data_format="channels_last", expected_by=None, offset=0,
+    data_format="channels_last", expected_by=None, offset=0, defer_finite=False,
 ):
     """Validate sequence input and return a padded 3-D float array and lengths.
 
@@ -332,6 +333,11 @@ arrays, or array-like of shape (n_samples, n_columns)
     offset : int, default=0
         Index of the first sequence in error messages (for a block of a
         larger array).
+    defer_finite : bool, default=False
+        Leave out the check for NaN and infinity (the padding rule) and
+        return ``lengths`` None: for a caller that reads every value anyway
+        and finishes the check with :func:`complete_sequences` where it sees
+        a non-finite one (a fit's moments do).
 
     Returns
     -------
@@ -432,11 +438,6 @@ arrays, or array-like of shape (n_samples, n_columns)
         input_name=name,
         copy=copy,
     )
-    # One pass: a finite sum means no NaN and no infinity (both propagate).
-    # Otherwise scikit-learn's check words the refusal of infinity.
-    finite = bool(np.isfinite(np.sum(X)))
-    if not finite:
-        assert_all_finite(X, allow_nan=True, input_name=name)
     two_d = X.ndim == 2
     if two_d:
         if token_dim is None:
@@ -464,10 +465,35 @@ arrays, or array-like of shape (n_samples, n_columns)
             f"shape {X.shape}."
         )
     _check_token_dimension(X, n_features_in, name, expected_by, two_d and token_dim is None)
-    if finite:
-        lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
-    else:
-        lengths = sequence_lengths(X, name=name, offset=offset)
+    if defer_finite:
+        return np.ascontiguousarray(X), None
+    return complete_sequences(np.ascontiguousarray(X), name=name, offset=offset,
+                              fill_value=fill_value, copy=copy)
+
+
+def complete_sequences(X, *, name="X", offset=0, fill_value=0.0, copy=True):
+    """The check of :func:`check_sequences` on the values: infinity, NaN, the padding rule.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Sequences as :func:`check_sequences` shapes them.
+    name, offset, fill_value, copy
+        As for :func:`check_sequences`.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        ``fill_value`` at padded positions (a copy when some are padded, unless
+        ``copy=False`` and ``X`` may be written).
+    lengths : ndarray of shape (n_samples,), int64
+    """
+    # One pass: a finite sum means no NaN and no infinity (both propagate).
+    # Otherwise scikit-learn's check words the refusal of infinity.
+    if bool(np.isfinite(np.sum(X))):
+        return X, np.full(X.shape[0], X.shape[1], dtype=np.int64)
+    assert_all_finite(X, allow_nan=True, input_name=name)
+    lengths = sequence_lengths(X, name=name, offset=offset)
     if fill_value is not None and lengths.min() < X.shape[1]:
         # Only padding can be NaN (sequence_lengths rejects any other NaN).
         if not copy:
