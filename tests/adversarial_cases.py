@@ -19,12 +19,16 @@ Outcome classes (``evaluate``):
 - ``OTHER_EXCEPTION``: any other exception, a ValueError/TypeError whose message
   does not name the argument, a traceback from the command line, or a child
   process that died;
-- ``HANG``: the case ran past its timeout (default 20 s) and was killed.
+- ``HANG``: the case ran past its time limit and was killed.  The limit
+  (``HANG_SECONDS``, 300 s) is far beyond what any case needs (the slowest,
+  three command-line runs, takes about 12 s on a quiet two-core machine), so
+  that a loaded machine never turns a slow case into a HANG: no outcome
+  depends on the machine's speed.
 
 Report mode, from the repository root with any checkout of the package
 importable::
 
-    python tests/adversarial_cases.py [--json PATH] [--timeout 20] [--jobs N]
+    python tests/adversarial_cases.py [--json PATH] [--timeout 300] [--jobs N]
                                       [--only REGEX] [--skip-slow]
 
 runs every case in a forked child process (its own process group, BLAS on
@@ -68,7 +72,11 @@ OTHER_EXCEPTION = "OTHER_EXCEPTION"
 HANG = "HANG"
 OUTCOMES = (CORRECT, CLEAR_ERROR, SILENT_WRONG, OTHER_EXCEPTION, HANG)
 
-DEFAULT_TIMEOUT = 20.0
+# Seconds after which a case is killed as a HANG: a safety net far beyond the
+# time of every case (about 12 s at most on a quiet two-core machine, a few
+# times that under load), never a budget a slow machine could exceed.
+HANG_SECONDS = 300.0
+DEFAULT_TIMEOUT = HANG_SECONDS
 # Address space a case may add to the process (MiB); a guard, so that a case
 # that allocates without bound ends as MemoryError instead of taking the
 # machine down.
@@ -1014,7 +1022,7 @@ def _deflate_bomb(tmp):
 
 
 add("load_model_deflate_bomb", "load_model", _deflate_bomb,
-    error=_file_and(r"coef_|size|large|bytes"), defect=9, memory_mb=384, timeout=40,
+    error=_file_and(r"coef_|size|large|bytes"), defect=9, memory_mb=384,
     note="a 512 MiB member under a 384 MiB address-space guard")
 
 
@@ -1133,7 +1141,13 @@ def _package_root():
     return str(Path(pkg().__file__).resolve().parent.parent)
 
 
-def cli_raw(args, tmp, timeout=15, env=None):
+def cli_raw(args, tmp, timeout=None, env=None):
+    """``python -m sklearn_linattn ARGS`` in ``tmp``; Hang when killed at ``timeout`` s.
+
+    The default timeout is the case's own safety net (``HANG_SECONDS``): a
+    command that a loaded machine makes slow is not a hang.
+    """
+    timeout = HANG_SECONDS if timeout is None else timeout
     environ = dict(os.environ)
     environ["PYTHONPATH"] = _package_root() + os.pathsep + environ.get("PYTHONPATH", "")
     environ.update(env or {})
@@ -1150,7 +1164,7 @@ def cli_raw(args, tmp, timeout=15, env=None):
     return p
 
 
-def cli(args, tmp, timeout=15):
+def cli(args, tmp, timeout=None):
     p = cli_raw(args, tmp, timeout)
     if "Traceback (most recent call last)" in p.stderr:
         raise CliTraceback(p.stderr.strip().splitlines()[-1][:500])
@@ -1169,7 +1183,7 @@ def _data_file(tmp, name="data.npz", readout="last", variable=False, mutate=None
     return path, X, y
 
 
-def _cli_case(args_of, *, setup=None, timeout=15):
+def _cli_case(args_of, *, setup=None, timeout=None):
     def call(tmp):
         extra = setup(tmp) if setup else None
         return cli(args_of(tmp, extra), tmp, timeout=timeout), extra
@@ -1184,7 +1198,7 @@ def _no_dir(tmp):
 add("cli_fit_output_missing_directory", "cli",
     _cli_case(lambda t, e: ["fit", "data.npz", "-o", "no_such_dir/m.npz", "-q"], setup=_no_dir),
     error=err(r"exit [12]\b.*no_such_dir", (CliError,)), defect=10)
-add("cli_demo_d300", "cli", _cli_case(lambda t, e: ["demo", "--d", "300"], timeout=16),
+add("cli_demo_d300", "cli", _cli_case(lambda t, e: ["demo", "--d", "300"]),
     error=err(r"exit [12]\b.*(--d|\bd\b)", (CliError,)), defect=10, memory_mb=4096,
     note="psi = 13.5 million: a refusal naming --d, not a MemoryError traceback")
 
@@ -1278,10 +1292,10 @@ def _svd_1e300_model(r):
 
 add("cli_fit_svd_entry_1e300", "cli",
     _cli_case(lambda t, e: ["fit", "data.npz", "--solver", "svd", "-q", "-o", "m.npz"],
-              setup=lambda t: (_svd_1e300(t), t)[1], timeout=17),
+              setup=lambda t: (_svd_1e300(t), t)[1]),
     check=_svd_1e300_model, error=err(r"exit 1\b.*\bX\b", (CliError,)), defect=3)
 add("cli_certify_entry_1e300", "cli",
-    _cli_case(lambda t, e: ["certify", "data.npz", "--json"], setup=_svd_1e300, timeout=17),
+    _cli_case(lambda t, e: ["certify", "data.npz", "--json"], setup=_svd_1e300),
     check=lambda r: expect("NaN" not in r[0].stdout, "certify --json printed NaN"),
     error=err(r"exit 1\b.*\bX\b", (CliError,)), defect=3)
 
@@ -2552,18 +2566,18 @@ def _dask_lost_workers(tmp):
             Xd, yd = da.from_array(X, chunks=20), da.from_array(y, chunks=20)
             model.fit(Xd, yd, **fit_kw)  # works while the worker lives
             cluster.scale(0)
-            deadline = time.time() + 10
-            while client.scheduler_info()["workers"] and time.time() < deadline:
+            # However long the worker takes to go: the case's time limit is the safety net.
+            while client.scheduler_info()["workers"]:
                 time.sleep(0.1)
             model.fit(Xd * 1.0, yd, **fit_kw)
             return "returned"
         finally:
-            client.close(timeout=2)
-            cluster.close(timeout=2)
+            client.close(timeout=120)
+            cluster.close(timeout=120)
 
 
 add("dask_fit_cluster_lost_all_workers", "dask", _dask_lost_workers,
-    error=err(r"(?i)worker|time.?out|cluster", (Exception,)), defect=12, timeout=45, slow=True,
+    error=err(r"(?i)worker|time.?out|cluster", (Exception,)), defect=12, slow=True,
     note="a timeout option, or a documented pass-through that surfaces the engine's failure")
 
 
@@ -2812,7 +2826,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="write per-case results to PATH")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help="seconds per case (default 20; some cases set their own)")
+                        help=f"seconds before a case is killed as a HANG (default "
+                             f"{HANG_SECONDS:g}; a case may set its own)")
     parser.add_argument("--jobs", type=int, default=None, help="cases at a time (default: CPUs)")
     parser.add_argument("--only", metavar="REGEX", help="run the cases whose id matches")
     parser.add_argument("--skip-slow", action="store_true", help="leave out slow cases")
@@ -2828,7 +2843,7 @@ def main(argv=None):
     environ = dict(os.environ)
     environ["PYTHONPATH"] = _package_root() + os.pathsep + environ.get("PYTHONPATH", "")
     cli_module = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                                env=environ, timeout=60).stdout
+                                env=environ, timeout=HANG_SECONDS).stdout
     done = [0]
 
     def progress(r):
