@@ -19,17 +19,33 @@ Outcome classes (``evaluate``):
 - ``OTHER_EXCEPTION``: any other exception, a ValueError/TypeError whose message
   does not name the argument, a traceback from the command line, or a child
   process that died;
-- ``HANG``: the case ran past its timeout (default 20 s) and was killed.
+- ``HANG``: the case ran past its time limit and was killed.  The limit
+  (``HANG_SECONDS``, 300 s) is far beyond what any case needs (the slowest,
+  three command-line runs, takes about 12 s on a quiet two-core machine), so
+  that a loaded machine never turns a slow case into a HANG: no outcome
+  depends on the machine's speed.
 
-Report mode, from the repository root with any checkout of the package
-importable::
+Defects: ``defect=N`` ties a case to a defect it was written for.  Defects 1
+to 12 are fixed.  An open defect (``OPEN_DEFECTS``) has cases that declare the
+right outcome and, with ``today=``, the outcome the defect shows until it is
+fixed: the suite passes while a case shows exactly that (pytest: an expected
+failure, strict) and fails once the case ends as expected, so that the fix
+updates the catalogue.  ``requires=`` names modules a case needs (PyTorch): the
+case is skipped without them, and they are imported once before the children
+fork.
 
-    python tests/adversarial_cases.py [--json PATH] [--timeout 20] [--jobs N]
-                                      [--only REGEX] [--skip-slow]
+Report mode, from the repository root with the checkout to test first on the
+path (``PYTHONPATH=.``; otherwise an installed copy may be the one imported --
+the report names it)::
+
+    PYTHONPATH=. python tests/adversarial_cases.py [--json PATH] [--timeout 300]
+        [--jobs N] [--only REGEX] [--skip-slow] [--list]
 
 runs every case in a forked child process (its own process group, BLAS on
-one thread, an address-space limit, killed at the timeout) and prints the
-counts per outcome class and per entry point and the failing case ids.
+one thread, an address-space limit, killed at the time limit) and prints the
+counts per outcome class and per entry point (the tally), the failing case ids
+by defect, and the open defects that now end as expected.  It exits 0 when
+every case ends as expected or as its open defect is recorded.
 
 Conventions: the reference answers below are computed with this module's own
 numpy code (features, forward pass, ranks), never with the package; where the
@@ -68,7 +84,11 @@ OTHER_EXCEPTION = "OTHER_EXCEPTION"
 HANG = "HANG"
 OUTCOMES = (CORRECT, CLEAR_ERROR, SILENT_WRONG, OTHER_EXCEPTION, HANG)
 
-DEFAULT_TIMEOUT = 20.0
+# Seconds after which a case is killed as a HANG: a safety net far beyond the
+# time of every case (about 12 s at most on a quiet two-core machine, a few
+# times that under load), never a budget a slow machine could exceed.
+HANG_SECONDS = 300.0
+DEFAULT_TIMEOUT = HANG_SECONDS
 # Address space a case may add to the process (MiB); a guard, so that a case
 # that allocates without bound ends as MemoryError instead of taking the
 # machine down.
@@ -117,6 +137,13 @@ class Case:
     memory_mb: Optional[int] = None
     slow: bool = False
     note: str = ""
+    today: Optional[str] = None  # an open defect: the outcome it shows until it is fixed
+    requires: tuple = ()  # modules the case needs (imported before forking)
+
+    @property
+    def open(self):
+        """Whether the case records an open defect (``OPEN_DEFECTS[defect]``)."""
+        return self.today is not None
 
     @property
     def expected(self):
@@ -130,15 +157,62 @@ class Case:
 
 CASES: list[Case] = []
 
+# Defects found by the catalogue and not fixed yet, by number.  A case of an
+# open defect declares the right outcome as every case does, and the outcome
+# the defect shows today (``today=``): the suite passes while the case shows
+# exactly that (pytest reports it as an expected failure), and fails as soon
+# as the case ends in its expected outcome -- the defect is fixed, so the case
+# must lose its ``today`` (and the defect its entry here) -- or in anything
+# else.
+OPEN_DEFECTS = {
+    13: "certify_identifiability and fit with fit_skip=True refuse tokens whose coordinates "
+        "differ by 1e160 (X * [1e80, 1e-80, 1]): 'The coefficients on the data's own units "
+        "cannot be represented', although the same X without terms is certified and every "
+        "coefficient is representable",
+    14: "solver='cg' with fit_intercept=True certifies a design whose intercept column equals "
+        "an attention feature on every training row (an exact null direction through the "
+        "term columns); every other solver says not identifiable",
+    15: "nn.MultiHeadLinearAttention (and so to_torch's module) raises torch's RuntimeError "
+        "on an empty batch (0 sequences) instead of returning an empty output",
+    16: "nn.MultiHeadLinearAttention (and so to_torch's module) returns NaN, the padding "
+        "marker, at real positions whose outputs overflow float64 (predict raises a "
+        "ValueError naming X there)",
+    17: "design.learn_from_oracle accepts complex answers and drops their imaginary part "
+        "(NumPy's cast to float64), fitting a function the oracle does not compute",
+    18: "mhla_forward returns 0 for every output when the tokens' coordinates differ by 1e140 "
+        "or more (X @ diag(1e70, 1e-70, 1, 1)) with the heads in the same units, although "
+        "every entry is representable and the outputs are of order 1 (what fit_heads "
+        "returns for such data evaluates to 0)",
+}
+
 
 def add(id, entry, call, *, check=None, error=None, names=None, defect=None,
-        timeout=None, memory_mb=None, slow=False, note=""):
+        timeout=None, memory_mb=None, slow=False, note="", today=None, requires=()):
     if any(c.id == id for c in CASES):
         raise RuntimeError(f"duplicate case id {id}")
     if check is None and error is None:
         raise RuntimeError(f"case {id} has no expected outcome")
+    if today is not None and (defect not in OPEN_DEFECTS or today not in OUTCOMES
+                              or today in (CORRECT if check else None,
+                                           CLEAR_ERROR if error else None)):
+        raise RuntimeError(f"case {id}: today= needs an open defect and an unexpected outcome")
     CASES.append(Case(id, entry, call, check, error, names, defect, timeout, memory_mb,
-                      slow, note))
+                      slow, note, today, tuple(requires)))
+
+
+def missing_requirements(case):
+    """The modules of ``case.requires`` that are not installed."""
+    import importlib.util
+
+    out = []
+    for name in case.requires:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(name)
+    return out
 
 
 def err(pattern, types=(ValueError, TypeError)):
@@ -1014,7 +1088,7 @@ def _deflate_bomb(tmp):
 
 
 add("load_model_deflate_bomb", "load_model", _deflate_bomb,
-    error=_file_and(r"coef_|size|large|bytes"), defect=9, memory_mb=384, timeout=40,
+    error=_file_and(r"coef_|size|large|bytes"), defect=9, memory_mb=384,
     note="a 512 MiB member under a 384 MiB address-space guard")
 
 
@@ -1133,7 +1207,13 @@ def _package_root():
     return str(Path(pkg().__file__).resolve().parent.parent)
 
 
-def cli_raw(args, tmp, timeout=15, env=None):
+def cli_raw(args, tmp, timeout=None, env=None):
+    """``python -m sklearn_linattn ARGS`` in ``tmp``; Hang when killed at ``timeout`` s.
+
+    The default timeout is the case's own safety net (``HANG_SECONDS``): a
+    command that a loaded machine makes slow is not a hang.
+    """
+    timeout = HANG_SECONDS if timeout is None else timeout
     environ = dict(os.environ)
     environ["PYTHONPATH"] = _package_root() + os.pathsep + environ.get("PYTHONPATH", "")
     environ.update(env or {})
@@ -1150,7 +1230,7 @@ def cli_raw(args, tmp, timeout=15, env=None):
     return p
 
 
-def cli(args, tmp, timeout=15):
+def cli(args, tmp, timeout=None):
     p = cli_raw(args, tmp, timeout)
     if "Traceback (most recent call last)" in p.stderr:
         raise CliTraceback(p.stderr.strip().splitlines()[-1][:500])
@@ -1169,7 +1249,7 @@ def _data_file(tmp, name="data.npz", readout="last", variable=False, mutate=None
     return path, X, y
 
 
-def _cli_case(args_of, *, setup=None, timeout=15):
+def _cli_case(args_of, *, setup=None, timeout=None):
     def call(tmp):
         extra = setup(tmp) if setup else None
         return cli(args_of(tmp, extra), tmp, timeout=timeout), extra
@@ -1184,7 +1264,7 @@ def _no_dir(tmp):
 add("cli_fit_output_missing_directory", "cli",
     _cli_case(lambda t, e: ["fit", "data.npz", "-o", "no_such_dir/m.npz", "-q"], setup=_no_dir),
     error=err(r"exit [12]\b.*no_such_dir", (CliError,)), defect=10)
-add("cli_demo_d300", "cli", _cli_case(lambda t, e: ["demo", "--d", "300"], timeout=16),
+add("cli_demo_d300", "cli", _cli_case(lambda t, e: ["demo", "--d", "300"]),
     error=err(r"exit [12]\b.*(--d|\bd\b)", (CliError,)), defect=10, memory_mb=4096,
     note="psi = 13.5 million: a refusal naming --d, not a MemoryError traceback")
 
@@ -1278,10 +1358,10 @@ def _svd_1e300_model(r):
 
 add("cli_fit_svd_entry_1e300", "cli",
     _cli_case(lambda t, e: ["fit", "data.npz", "--solver", "svd", "-q", "-o", "m.npz"],
-              setup=lambda t: (_svd_1e300(t), t)[1], timeout=17),
+              setup=lambda t: (_svd_1e300(t), t)[1]),
     check=_svd_1e300_model, error=err(r"exit 1\b.*\bX\b", (CliError,)), defect=3)
 add("cli_certify_entry_1e300", "cli",
-    _cli_case(lambda t, e: ["certify", "data.npz", "--json"], setup=_svd_1e300, timeout=17),
+    _cli_case(lambda t, e: ["certify", "data.npz", "--json"], setup=_svd_1e300),
     check=lambda r: expect("NaN" not in r[0].stdout, "certify --json printed NaN"),
     error=err(r"exit 1\b.*\bX\b", (CliError,)), defect=3)
 
@@ -2552,18 +2632,18 @@ def _dask_lost_workers(tmp):
             Xd, yd = da.from_array(X, chunks=20), da.from_array(y, chunks=20)
             model.fit(Xd, yd, **fit_kw)  # works while the worker lives
             cluster.scale(0)
-            deadline = time.time() + 10
-            while client.scheduler_info()["workers"] and time.time() < deadline:
+            # However long the worker takes to go: the case's time limit is the safety net.
+            while client.scheduler_info()["workers"]:
                 time.sleep(0.1)
             model.fit(Xd * 1.0, yd, **fit_kw)
             return "returned"
         finally:
-            client.close(timeout=2)
-            cluster.close(timeout=2)
+            client.close(timeout=120)
+            cluster.close(timeout=120)
 
 
 add("dask_fit_cluster_lost_all_workers", "dask", _dask_lost_workers,
-    error=err(r"(?i)worker|time.?out|cluster", (Exception,)), defect=12, timeout=45, slow=True,
+    error=err(r"(?i)worker|time.?out|cluster", (Exception,)), defect=12, slow=True,
     note="a timeout option, or a documented pass-through that surfaces the engine's failure")
 
 
@@ -2578,6 +2658,1196 @@ def _dask_bad_block(tmp):
 
 
 add("dask_fit_nan_hole_in_block", "dask", _dask_bad_block, error=err(r"\bX\b"))
+
+
+# ---------------------------------------------------------------------------
+# The newer entry points: PyTorch layers, optimality, few heads, designs, repair,
+# linear terms
+# ---------------------------------------------------------------------------
+
+_TORCH = ("torch", "sklearn_linattn.nn")
+
+
+def _nn():
+    import sklearn_linattn.nn as nn
+
+    return nn
+
+
+def _projection_layer(d=4, n_heads=2, d_k=2, n_kv_heads=None, out="o_proj", dtype=None,
+                      device=None, seed=0):
+    """A layer with q_proj, k_proj, v_proj, o_proj (or out_proj) and its own forward."""
+    import torch
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            kv = n_kv_heads or n_heads
+            kw = dict(dtype=dtype or torch.float64, device=device)
+            self.q_proj = torch.nn.Linear(d, n_heads * d_k, bias=False, **kw)
+            self.k_proj = torch.nn.Linear(d, kv * d_k, bias=False, **kw)
+            self.v_proj = torch.nn.Linear(d, kv * d_k, bias=False, **kw)
+            setattr(self, out, torch.nn.Linear(n_heads * d_k, d, bias=True, **kw))
+            self.num_heads, self.head_dim = n_heads, d_k
+            if n_kv_heads is not None:
+                self.num_kv_heads = n_kv_heads
+
+        def forward(self, x):  # the definition, per head, with grouped keys and values
+            b, n, _ = x.shape
+            group = n_heads // (n_kv_heads or n_heads)
+            q = self.q_proj(x).view(b, n, n_heads, d_k)
+            k = self.k_proj(x).view(b, n, -1, d_k).repeat_interleave(group, 2)
+            v = self.v_proj(x).view(b, n, -1, d_k).repeat_interleave(group, 2)
+            scores = torch.einsum("bthk,bshk->bhts", q, k) / math.sqrt(d_k)
+            scores = scores * torch.ones(n, n, dtype=x.dtype).tril()
+            heads = torch.einsum("bhts,bshv->bthv", scores, v).reshape(b, n, -1)
+            return getattr(self, out)(heads)
+
+    torch.manual_seed(seed)
+    return Attention()
+
+
+def _from_torch(make, **kw):
+    def call(tmp):
+        return _nn().from_torch(make(), **kw)
+    return call
+
+
+def _reads_the_forward(**layer_kw):
+    def call(tmp):
+        import torch
+
+        layer = _projection_layer(**layer_kw)
+        x = torch.as_tensor(np.random.default_rng(1).normal(size=(4, 6, 4)))
+        return _nn().from_torch(layer), x.numpy(), layer(x).detach().numpy()
+    return call
+
+
+def _reads_the_forward_check(r):
+    heads, x, out = r
+    expect(heads.readout == "all", f"readout {heads.readout!r} for a layer without one")
+    got = ref_forward(x, heads.value_matrices, heads.key_query_matrices, "all")
+    got = got + (0.0 if heads.intercept is None else heads.intercept)
+    e = rel(got, out)
+    expect(e <= 1e-12, f"the heads differ from the layer's forward by {e:.3g}")
+
+
+for _name, _kw in {"q_k_v_o_proj": {}, "grouped_keys_and_values": {"n_kv_heads": 1},
+                   "out_proj": {"out": "out_proj"}}.items():
+    add(f"from_torch_{_name}_reads_the_forward", "nn.from_torch", _reads_the_forward(**_kw),
+        check=_reads_the_forward_check, names=DEFAULT_NAMES, requires=_TORCH)
+
+
+def _torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+add("from_torch_complex_weights", "nn.from_torch",
+    _from_torch(lambda: _projection_layer(dtype=_torch_dtype("complex128"))),
+    error=err(both(r"q_proj\.weight", r"complex|real")), requires=_TORCH)
+add("from_torch_meta_device_linear", "nn.from_torch",
+    _from_torch(lambda: _projection_layer(device="meta")),
+    error=err(both(r"q_proj\.weight", r"meta")), requires=_TORCH)
+add("from_torch_meta_device_package_layer", "nn.from_torch",
+    _from_torch(lambda: _nn().MultiHeadLinearAttention(3, 2, device="meta")),
+    error=err(both(r"W_q", r"meta")), requires=_TORCH)
+
+
+def _half_precision(name):
+    def call(tmp):
+        import torch
+
+        layer = _projection_layer(dtype=_torch_dtype(name))
+        exact = _nn().from_torch(layer.to(torch.float64))  # the same values, widened
+        return _nn().from_torch(_projection_layer(dtype=_torch_dtype(name))), exact
+    return call
+
+
+def _half_precision_check(r):
+    heads, exact = r
+    expect(heads.value_matrices.dtype == np.float64, f"dtype {heads.value_matrices.dtype}")
+    expect(rel(heads.key_query_matrices, exact.key_query_matrices) <= 1e-15,
+           "the heads differ from those of the weights widened to float64")
+    expect(finite(heads.key_query_matrices), "non-finite heads")
+    expect(heads.key_query_matrices.shape == (2, 4, 4), f"shape {heads.key_query_matrices.shape}")
+
+
+for _name in ("float16", "bfloat16"):
+    add(f"from_torch_{_name}_weights", "nn.from_torch", _half_precision(_name),
+        check=_half_precision_check, names=DEFAULT_NAMES, requires=_TORCH)
+
+
+class _Weights:
+    """A duck-typed layer: per-head weights as attributes, no projection modules."""
+
+    def __init__(self, W_q, W_k, W_v, W_o=None, readout="last"):
+        self.W_q, self.W_k, self.W_v, self.W_o, self.readout = W_q, W_k, W_v, W_o, readout
+
+
+def _expanded_huge(tmp):
+    import torch
+
+    one = torch.ones(1, 1, 1, dtype=torch.float64)
+    W = one.expand(2, 2**20, 2**20)  # 16 TiB as float64, eight bytes in memory
+    return _nn().from_torch(_Weights(W, W, W))
+
+
+def _expanded_huge_linear(tmp):
+    import torch
+
+    layer = _projection_layer()
+    layer.q_proj.weight = torch.nn.Parameter(
+        torch.ones(1, 1, dtype=torch.float64).expand(2**22, 2**22))
+    return _nn().from_torch(layer)
+
+
+def _expanded_small(tmp):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    W_q = torch.ones(1, 1, 1, dtype=torch.float64).expand(2, 3, 3)  # stride 0
+    W_k = torch.randn(2, 3, 3, dtype=torch.float64, generator=g)
+    W_v = torch.randn(2, 3, 3, dtype=torch.float64, generator=g).transpose(1, 2)  # a view
+    heads = _nn().from_torch(_Weights(W_q, W_k, W_v), scale=1.0)
+    Q = np.einsum("hkd,hke->hde", W_k.numpy(), W_q.numpy())
+    V = np.zeros((2, 6, 3))  # no W_o: the output is the heads' values side by side
+    V[0, :3], V[1, 3:] = W_v.numpy()
+    return heads, Q, V
+
+
+def _expanded_small_check(r):
+    heads, Q, V = r
+    expect(rel(heads.key_query_matrices, Q) <= 1e-15, "Q_h = W_k^T W_q read wrongly")
+    expect(heads.value_matrices.shape == V.shape and rel(heads.value_matrices, V) <= 1e-15,
+           "V_h (the values, no output projection) read wrongly")
+
+
+add("from_torch_expanded_huge_weight", "nn.from_torch", _expanded_huge,
+    error=err(both(r"W_q", r"memory|GiB|TiB|bytes")), memory_mb=1024, requires=_TORCH,
+    note="a stride-0 view of 2**41 values: refused before any copy")
+add("from_torch_expanded_huge_linear_weight", "nn.from_torch", _expanded_huge_linear,
+    error=err(both(r"q_proj\.weight", r"memory|GiB|TiB|bytes")), memory_mb=1024,
+    requires=_TORCH)
+add("from_torch_expanded_small_and_transposed_weights", "nn.from_torch", _expanded_small,
+    check=_expanded_small_check, names=DEFAULT_NAMES, requires=_TORCH)
+
+
+def _with_attr(make, **attrs):
+    def build():
+        layer = make()
+        for key, value in attrs.items():
+            setattr(layer, key, value() if callable(value) else value)
+        return layer
+    return build
+
+
+def _package_layer():
+    import torch
+
+    torch.manual_seed(0)
+    return _nn().MultiHeadLinearAttention(3, 2, dtype=torch.float64)
+
+
+def _tensor(*args, **kw):
+    def make():
+        import torch
+
+        return torch.tensor(*args, **kw)
+    return make
+
+
+for _name, (_value, _pat) in {
+    "vector": (_tensor([0.5, 0.5]), r"module\.scale"),
+    "nan": (_tensor(float("nan")), r"module\.scale"),
+    "negative": (-1.0, r"module\.scale"),
+    "bool": (True, r"module\.scale"),
+    "string": ("auto", r"module\.scale"),
+    "meta_tensor": (_tensor(2.0, device="meta"), both(r"module\.scale", r"meta")),
+}.items():
+    add(f"from_torch_scale_attribute_{_name}", "nn.from_torch",
+        _from_torch(_with_attr(_package_layer, scale=_value)), error=err(_pat),
+        requires=_TORCH)
+for _name, (_value, _pat) in {
+    "vector": (np.ones(2), r"\bscale\b"),
+    "zero": (0.0, r"\bscale\b"),
+    "infinite": (math.inf, r"\bscale\b"),
+    "complex": (1j, r"\bscale\b"),
+}.items():
+    add(f"from_torch_scale_argument_{_name}", "nn.from_torch",
+        _from_torch(_package_layer, scale=_value), error=err(_pat), requires=_TORCH)
+
+
+def _q_bias():
+    import torch
+
+    layer = _projection_layer()
+    layer.q_proj.bias = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    return layer
+
+
+def _inf_weight():
+    import torch
+
+    layer = _projection_layer()
+    with torch.no_grad():
+        layer.k_proj.weight[0, 0] = math.inf
+    return layer
+
+
+def _sparse_weights():
+    import torch
+
+    W = torch.eye(2, dtype=torch.float64)[None].to_sparse()
+    return _Weights(W, W, W)
+
+
+for _name, (_make, _pat) in {
+    "q_proj_bias": (_q_bias, r"q_proj\.bias"),
+    "num_heads_not_dividing": (_with_attr(_projection_layer, num_heads=3), r"num_heads"),
+    "num_heads_vector": (_with_attr(_projection_layer, num_heads=_tensor([2, 2])), r"num_heads"),
+    "feature_map": (_with_attr(_projection_layer, feature_map="elu"), r"feature_map"),
+    "infinite_weight": (_inf_weight, r"k_proj\.weight"),
+    "sparse_weight": (_sparse_weights, both(r"W_q", r"sparse|dense")),
+    "none": (lambda: None, r"projections|q_proj|W_q"),
+}.items():
+    add(f"from_torch_{_name}", "nn.from_torch", _from_torch(_make), error=err(_pat),
+        requires=_TORCH)
+add("from_torch_names_not_a_mapping", "nn.from_torch",
+    _from_torch(_projection_layer, names=["q_proj"]), error=err(r"\bnames\b"),
+    requires=_TORCH)
+
+
+# --- to_torch: the fitted estimator as a layer, on NaN-padded batches ---------
+
+
+def _padded_batch(d=3, seed=5):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(8, 9, d)) / 3
+    X[0, 4:] = np.nan
+    X[3, 1:] = np.nan  # one real token
+    X[5, 7:] = np.nan
+    return X
+
+
+def _fitted_for_torch(readout="last", terms=False):
+    X, y, V, Q, Xt = realizable(200, 6, 3, n_heads=2, seed=0, readout=readout)
+    if terms:
+        y = y + 0.3 + X[..., -1 if readout == "last" else slice(None), :] @ np.r_[1.0, -2.0, 0.5]
+    kw = dict(fit_intercept=True, fit_skip=True) if terms else {}
+    return LAR(readout=readout, **kw).fit(X, y)
+
+
+def _to_torch_padded(readout="last", terms=False, dtype="float64", mask=False):
+    def call(tmp):
+        import torch
+
+        model = _fitted_for_torch(readout, terms)
+        layer = _nn().to_torch(model, dtype=_torch_dtype(dtype))
+        X = _padded_batch()
+        x = torch.as_tensor(X, dtype=_torch_dtype(dtype))
+        m = torch.as_tensor(~np.isnan(X).all(axis=2)) if mask else None
+        out = layer(x, mask=m).detach().double().numpy()[..., 0]
+        return out, model.predict(X), dtype, mask
+    return call
+
+
+def _to_torch_padded_check(r):
+    out, pred, dtype, mask = r
+    expect(out.shape == pred.shape, f"shape {out.shape}, predict gives {pred.shape}")
+    pad = np.isnan(pred)
+    if mask:  # the mask pads with zeros, NaN padding with NaN
+        expect(bool(np.all(out[pad] == 0)), "masked positions are not zero")
+    else:
+        expect(bool(np.array_equal(np.isnan(out), pad)), "NaN where predict has none, or not")
+    e = rel(out[~pad], pred[~pad])
+    tol = 1e-6 if dtype == "float32" else 1e-12
+    expect(e <= tol, f"layer differs from predict by {e:.3g} > {tol:g}")
+
+
+for _name, _kw in {
+    "last": {}, "all": {"readout": "all"}, "intercept_and_skip": {"terms": True},
+    "all_intercept_and_skip": {"readout": "all", "terms": True},
+    "float32": {"dtype": "float32"}, "mask_and_nan": {"readout": "all", "mask": True},
+}.items():
+    add(f"to_torch_nan_padded_batch_{_name}", "nn.to_torch", _to_torch_padded(**_kw),
+        check=_to_torch_padded_check, names=DEFAULT_NAMES, requires=_TORCH)
+
+
+def _to_torch_input(make_x, readout="last"):
+    def call(tmp):
+        layer = _nn().to_torch(_fitted_for_torch(readout))
+        return layer(make_x())
+    return call
+
+
+def _x_with(index, value):
+    def make():
+        import torch
+
+        X = _padded_batch()
+        X[index] = value
+        return torch.as_tensor(X)
+    return make
+
+
+for _name, (_make, _pat) in {
+    "nan_hole": (_x_with((5, 2), np.nan), r"x\[5, 2\]"),
+    "partly_nan_token": (_x_with((5, 2, 1), np.nan), r"x\[5, 2\]"),
+    "empty_sequence": (_x_with((6,), np.nan), r"x\[6\]"),
+    "numpy_array": (_padded_batch, r"\bx\b"),
+    "float32_tensor": (lambda: _x_with((0, 0, 0), 0.0)().float(), both(r"\bx\b", "dtype")),
+    "two_dimensional": (lambda: _x_with((0, 0, 0), 0.0)()[:, :, 0], r"\bx\b"),
+}.items():
+    add(f"to_torch_input_{_name}", "nn.to_torch", _to_torch_input(_make), error=err(_pat),
+        requires=_TORCH)
+
+
+def _to_torch_inf(tmp):
+    import torch
+
+    model = _fitted_for_torch()
+    X = _padded_batch()
+    X[2, 1, 0] = np.inf
+    out = _nn().to_torch(model)(torch.as_tensor(X)).detach().numpy()[:, 0]
+    X[2] = 0.0
+    return out, model.predict(X)
+
+
+def _to_torch_inf_check(r):
+    out, pred = r
+    others = np.arange(len(out)) != 2
+    expect(bool(np.all(np.isfinite(out[others]))), "an infinite token changed other sequences")
+    expect(rel(out[others], pred[others]) <= 1e-12, "the other sequences' outputs are wrong")
+
+
+add("to_torch_input_infinite_token_stays_in_its_sequence", "nn.to_torch", _to_torch_inf,
+    check=_to_torch_inf_check, error=err(r"\bx\b"), requires=_TORCH)
+
+
+def _to_torch_overflow(tmp):
+    import torch
+
+    model = _fitted_for_torch()
+    X = _padded_batch()
+    unit = model.predict(X)
+    out = _nn().to_torch(model)(torch.as_tensor(X * 1e120)).detach().numpy()[:, 0]
+    return out, unit
+
+
+def _to_torch_overflow_check(r):
+    out, unit = r  # the outputs are 1e360 times the unit-scale ones: all beyond float64
+    expect(not np.any(np.isnan(out)), "NaN (the padding marker) at real positions")
+    expect(bool(np.all(np.isinf(out) & (np.sign(out) == np.sign(unit)))),
+           "finite or wrongly signed outputs where every output overflows")
+
+
+add("to_torch_outputs_overflow", "nn.to_torch", _to_torch_overflow,
+    check=_to_torch_overflow_check, error=err(r"\bx\b"), defect=16, today=SILENT_WRONG,
+    requires=_TORCH)
+
+
+def _to_torch_empty_batch(readout):
+    def call(tmp):
+        import torch
+
+        layer = _nn().to_torch(_fitted_for_torch(readout))
+        return readout, tuple(layer(torch.zeros(0, 5, 3, dtype=torch.float64)).shape)
+    return call
+
+
+def _to_torch_empty_batch_check(r):
+    readout, shape = r
+    want = (0, 1) if readout == "last" else (0, 5, 1)
+    expect(shape == want, f"an empty batch gives shape {shape}, expected {want}")
+
+
+for _readout in ("last", "all"):
+    add(f"to_torch_empty_batch_{_readout}", "nn.to_torch", _to_torch_empty_batch(_readout),
+        check=_to_torch_empty_batch_check, error=err(r"\bx\b|batch"), defect=15,
+        today=OTHER_EXCEPTION, requires=_TORCH)
+
+
+def _to_torch_with(**kw):
+    def call(tmp):
+        return _nn().to_torch(_fitted_for_torch(), **kw)
+    return call
+
+
+def _tampered(tmp):
+    model = _fitted_for_torch()
+    model.value_matrices_ = model.value_matrices_.copy()
+    model.value_matrices_[0, 0, 1] = np.nan
+    return _nn().to_torch(model)
+
+
+add("to_torch_dtype_float16", "nn.to_torch",
+    lambda tmp: _nn().to_torch(_fitted_for_torch(), dtype=_torch_dtype("float16")),
+    error=err(r"\bdtype\b"), requires=_TORCH)
+add("to_torch_d_k_zero", "nn.to_torch", _to_torch_with(d_k=0), error=err(r"\bd_k\b"),
+    requires=_TORCH)
+add("to_torch_nan_fitted_attribute", "nn.to_torch", _tampered,
+    error=err(r"value_matrices_"), requires=_TORCH)
+
+
+def _to_torch_gradient(tmp):
+    import torch
+
+    layer = _nn().to_torch(_fitted_for_torch("all"))
+    x = torch.as_tensor(_padded_batch()).requires_grad_()
+    out = layer(x)
+    out[~torch.isnan(out)].sum().backward()
+    return x.detach().numpy(), x.grad.numpy()
+
+
+def _to_torch_gradient_check(r):
+    X, grad = r
+    real = ~np.isnan(X)
+    expect(bool(np.all(np.isfinite(grad[real]))), "NaN or inf gradient at real tokens")
+    expect(bool(np.any(grad[real] != 0)), "zero gradient everywhere")
+
+
+add("to_torch_gradient_through_nan_padding", "nn.to_torch", _to_torch_gradient,
+    check=_to_torch_gradient_check, names=DEFAULT_NAMES, requires=_TORCH)
+
+
+# --- compare_to_optimum ---------------------------------------------------------
+
+
+def _trained(seed=0):
+    """(X, y, V, Q): data of a teacher and heads near it (a briefly trained model)."""
+    X, y, V0, Q0, _ = realizable(150, 6, 3, n_heads=2, seed=seed)
+    rng = np.random.default_rng(seed + 7)
+    return X, y, V0 + 0.01 * rng.normal(size=V0.shape), Q0 + 0.01 * rng.normal(size=Q0.shape)
+
+
+def _report_numbers(r):
+    return dict(p_distance=r.p_distance, relative_p_distance=r.relative_p_distance,
+                risk=r.risk, optimal_risk=r.optimal_risk, excess_risk=r.excess_risk,
+                training_distance=r.training_distance, certificate=bool(r.certificate))
+
+
+def _compare_scaled(c=None, A=None):
+    """The report on X * c (or X @ A) with the same function: heads in the data's units."""
+    def call(tmp):
+        X, y, V, Q = _trained()
+        unit = _report_numbers(pkg().compare_to_optimum((V, Q), X, y))
+        if A is None:
+            Xs, Vs, Qs = X * c, V * c**-3, Q
+        else:
+            Ai = np.linalg.inv(A)
+            Xs, Vs, Qs = X @ A, V @ Ai.T, Ai @ Q @ Ai.T
+        return unit, _report_numbers(pkg().compare_to_optimum((Vs, Qs), Xs, y)), c
+    return call
+
+
+def _compare_scaled_check(r):
+    unit, scaled, c = r
+    expect(scaled["certificate"] == unit["certificate"] is True, "certificate changed")
+    for key in ("risk", "optimal_risk", "excess_risk", "training_distance"):
+        # optimal_risk is rounding (about 1e-31 here): only its size is meaningful
+        tol = 1e-8 if key != "optimal_risk" else None
+        if tol is None:
+            expect(scaled[key] <= 1e-20, f"optimal_risk {scaled[key]:.3g} on exact data")
+            continue
+        e = abs(scaled[key] - unit[key]) / unit[key]
+        expect(e <= tol, f"{key} {scaled[key]:.6g} at the new scale, {unit[key]:.6g} at unit scale")
+    if c is not None:  # per-coordinate units change the norm of p: compare only overall scales
+        for key, power in (("p_distance", -3), ("relative_p_distance", 0)):
+            e = abs(scaled[key] / c**power - unit[key]) / unit[key]
+            expect(e <= 1e-8, f"{key} {scaled[key]:.6g}, expected {unit[key] * c**power:.6g}")
+
+
+for _c in (1e-100, 1e100):
+    add(f"compare_to_optimum_scale_{_c:.0e}", "compare_to_optimum", _compare_scaled(c=_c),
+        check=_compare_scaled_check, names=DEFAULT_NAMES)
+add("compare_to_optimum_units_1e80_1e-80_1", "compare_to_optimum",
+    _compare_scaled(A=np.diag([1e80, 1e-80, 1.0])), check=_compare_scaled_check,
+    names=DEFAULT_NAMES)
+
+
+def _compare_with(model=None, X=None, y=None, **kw):
+    def call(tmp):
+        X0, y0, V, Q = _trained()
+        m = (V, Q) if model is None else model(V, Q)
+        Xa = X0 if X is None else X(X0)
+        ya = y0 if y is None else y(y0)
+        return pkg().compare_to_optimum(m, Xa, ya, **kw)
+    return call
+
+
+for _c in (1e-100, 1e100):
+    # Targets that scale with X (y * c**3): every risk is c**6 times, beyond float64.
+    add(f"compare_to_optimum_risks_beyond_float64_{_c:.0e}", "compare_to_optimum",
+        _compare_with(X=lambda X, c=_c: X * c, y=lambda y, c=_c: y * c**3),
+        error=err(r"\brisk\b|excess_risk|optimal_risk"))
+
+
+def _compare_zero_heads_check(r):
+    expect(abs(r.relative_p_distance - 1.0) <= 1e-12,
+           f"relative_p_distance {r.relative_p_distance} for zero heads (expected 1)")
+    expect(abs(r.excess_risk - (r.risk - r.optimal_risk)) <= 1e-12 * r.risk,
+           "excess_risk != risk - optimal_risk")
+    expect(bool(r.certificate), "generic data not certified")
+
+
+add("compare_to_optimum_zero_heads", "compare_to_optimum",
+    _compare_with(model=lambda V, Q: (0 * V, Q)), check=_compare_zero_heads_check,
+    names=DEFAULT_NAMES)
+
+
+def _compare_weights(w):
+    def call(tmp):
+        X, y, V, Q = _trained()
+        return (_report_numbers(pkg().compare_to_optimum((V, Q), X, y)),
+                _report_numbers(pkg().compare_to_optimum((V, Q), X, y,
+                                                         sample_weight=np.full(len(y), w))), None)
+    return call
+
+
+for _w in (1e-300, 1e300):
+    add(f"compare_to_optimum_uniform_weights_{_w:.0e}", "compare_to_optimum",
+        _compare_weights(_w), check=_compare_scaled_check, names=DEFAULT_NAMES)
+
+for _name, (_kw, _pat) in {
+    "zero_weights": ({"sample_weight": np.zeros(150)}, r"sample.weight"),
+    "tokens_of_other_d": ({"X": lambda X: np.concatenate([X, X[..., :1]], axis=2)},
+                          r"\bX\b|\bd\b"),
+    "heads_count_mismatch": ({"model": lambda V, Q: (V, Q[:1])}, r"\bV\b|\bQ\b"),
+    "more_outputs_than_heads": ({"y": lambda y: np.stack([y, y], axis=1)}, r"\by\b|d_out"),
+    "intercept_shape": ({"intercept": np.zeros(3)}, r"\bintercept\b"),
+    "skip_coef_shape": ({"skip_coef": np.zeros((3, 3))}, r"skip_coef"),
+    "not_a_model": ({"model": lambda V, Q: "heads"}, r"\bmodel\b"),
+    "nan_heads": ({"model": lambda V, Q: (V * np.nan, Q)}, r"\bV\b"),
+    "readout_contradicts_y": ({"readout": "all"}, r"\by\b|readout"),
+}.items():
+    add(f"compare_to_optimum_{_name}", "compare_to_optimum", _compare_with(**_kw),
+        error=err(_pat))
+
+
+def _compare_roundtrip(tmp):
+    X, y, V, Q, _ = realizable(200, 6, 3, n_heads=2, seed=0)
+    y = y + 0.3 + X[:, -1] @ np.r_[1.0, -2.0, 0.5]
+    model = LAR(fit_intercept=True, fit_skip=True).fit(X, y)
+    heads = _nn().from_torch(_nn().to_torch(model))
+    return pkg().compare_to_optimum(heads, X, y)
+
+
+add("compare_to_optimum_of_its_own_optimum_through_torch", "compare_to_optimum",
+    _compare_roundtrip,
+    check=lambda r: expect(r.relative_p_distance <= 1e-10 and bool(r.certificate),
+                           f"relative_p_distance {r.relative_p_distance:.3g}"),
+    names=DEFAULT_NAMES, requires=_TORCH)
+
+
+# --- fit_heads and certify_heads_locally ---------------------------------------
+
+
+def _few(n=19, seed=0):
+    """One head at d = 4 (20 parameters, one symmetry) and n sequences: 19 identify it
+    locally; 30 (fit_heads' own example) give the generator, also on new inputs."""
+    rng = np.random.default_rng(seed)
+    V, Q = rng.normal(size=(1, 1, 4)), rng.normal(size=(1, 4, 4))
+    return rng.normal(size=(n, 10, 4)), V, Q
+
+
+def _local(transform):
+    """Verdicts on 18 and on 19 sequences after ``transform(X, V, Q)`` (18: False, 19: True)."""
+    def call(tmp):
+        X, V, Q = _few()
+        C = pkg().certify_heads_locally
+        Xt, Vt, Qt = transform(X, V, Q)
+        return bool(C(Xt[:18], Vt, Qt)), bool(C(Xt, Vt, Qt))
+    return call
+
+
+def _local_check(r):
+    expect(r == (False, True), f"verdicts {r} on 18 and 19 sequences, expected (False, True)")
+
+
+_UNITS4 = np.diag([1e80, 1e-80, 1.0, 1.0])
+_UNITS4_INV = np.diag([1e-80, 1e80, 1.0, 1.0])
+for _name, _t in {
+    "balance_V_1e-30_Q_1e30": lambda X, V, Q: (X, V * 1e-30, Q * 1e30),
+    "balance_V_1e30_Q_1e-30": lambda X, V, Q: (X, V * 1e30, Q * 1e-30),
+    "balance_V_1e-150_Q_1e150": lambda X, V, Q: (X, V * 1e-150, Q * 1e150),
+    "balance_V_1e150_Q_1e-150": lambda X, V, Q: (X, V * 1e150, Q * 1e-150),
+    "X_1e-100": lambda X, V, Q: (X * 1e-100, V, Q),
+    "X_1e100": lambda X, V, Q: (X * 1e100, V, Q),
+    "X_1e-100_same_function": lambda X, V, Q: (X * 1e-100, V * 1e100, Q * 1e200),
+    "X_1e100_same_function": lambda X, V, Q: (X * 1e100, V * 1e-100, Q * 1e-200),
+    "units_1e80_1e-80_same_function": lambda X, V, Q: (
+        X @ _UNITS4, V @ _UNITS4_INV, _UNITS4_INV @ Q @ _UNITS4_INV),
+}.items():
+    add(f"certify_heads_locally_{_name}", "certify_heads_locally", _local(_t),
+        check=_local_check, names=DEFAULT_NAMES)
+
+
+def _local_with(V=None, Q=None, X=None, **kw):
+    def call(tmp):
+        X0, V0, Q0 = _few()
+        return pkg().certify_heads_locally(
+            X0 if X is None else X(X0), V0 if V is None else V(V0), Q0 if Q is None else Q(Q0),
+            **kw)
+    return call
+
+
+def _degenerate_check(r):
+    expect(not r, "a certificate holds at degenerate heads")
+    expect(r.reason is not None and "degenerate" in r.reason, f"reason {r.reason!r}")
+
+
+add("certify_heads_locally_V_and_Q_zero", "certify_heads_locally",
+    _local_with(V=lambda V: 0 * V, Q=lambda Q: 0 * Q), check=_degenerate_check,
+    names=DEFAULT_NAMES)
+add("certify_heads_locally_two_equal_heads", "certify_heads_locally",
+    _local_with(V=lambda V: np.concatenate([V, V]), Q=lambda Q: np.concatenate([Q, Q])),
+    check=lambda r: expect(not r and "singular" in (r.reason or ""), f"{r!r}"),
+    names=DEFAULT_NAMES)
+add("certify_heads_locally_zero_weight_drops_a_sequence", "certify_heads_locally",
+    _local_with(sample_weight=np.r_[np.ones(18), 0.0]),
+    check=lambda r: expect(not r, "19 sequences, one of weight zero, certified"),
+    names=DEFAULT_NAMES)
+for _name, (_kw, _pat) in {
+    "all_zero_sample_weight": ({"sample_weight": np.zeros(19)}, r"sample.weight"),
+    "nan_sample_weight": ({"sample_weight": np.r_[np.nan, np.ones(18)]}, r"sample.weight"),
+    "nan_V": ({"V": lambda V: V * np.nan}, r"\bV\b"),
+    "tokens_of_other_d": ({"X": lambda X: X[..., :3]}, r"\bX\b|\bd\b"),
+    "a_million_heads": ({"V": lambda V: np.zeros((10**6, 1, 4)),
+                         "Q": lambda Q: np.zeros((10**6, 4, 4))}, r"memory|GiB|heads"),
+}.items():
+    add(f"certify_heads_locally_{_name}", "certify_heads_locally", _local_with(**_kw),
+        error=err(_pat), memory_mb=2048)
+
+
+def _fit_heads(X=None, y=None, n_heads=1, **kw):
+    def call(tmp):
+        X0, V, Q = _few(30)
+        Xt = np.random.default_rng(3).normal(size=(20, 15, 4))
+        y0 = ref_forward(X0, V, Q)[..., 0]
+        Xa = X0 if X is None else X(X0)
+        ya = y0 if y is None else y(y0)
+        fit = pkg().fit_heads(Xa, ya, n_heads, random_state=0, **kw)
+        return fit, Xt, truth(Xt, V, Q), X, y
+    return call
+
+
+def _fit_heads_check(r):
+    fit, Xt, yt, X, y = r
+    expect(fit.residual <= 1e-9, f"residual {fit.residual:.3g} on exactly realizable data")
+    expect(bool(fit.certificate), f"certificate: {fit.certificate!r}")
+    # Predictions on new, longer inputs, in the units of the fit, by the reference forward
+    # pass (mhla_forward loses mixed units: see mhla_forward_units_1e70_1e-70).
+    Xs = Xt if X is None else X(Xt)
+    ys = yt if y is None else y(yt)
+    p = ref_forward(Xs, fit.V, fit.Q)[..., 0]
+    e = rel(p, ys)
+    expect(e <= 1e-7, f"relative error on new inputs {e:.3g}")
+
+
+for _name, _kw in {
+    "unit_scale": {},
+    "X_1e-100": {"X": lambda X: X * 1e-100}, "X_1e100": {"X": lambda X: X * 1e100},
+    "y_1e-100": {"y": lambda y: y * 1e-100}, "y_1e100": {"y": lambda y: y * 1e100},
+    "units_1e80_1e-80": {"X": lambda X: X @ _UNITS4},
+}.items():
+    add(f"fit_heads_{_name}", "fit_heads", _fit_heads(**_kw), check=_fit_heads_check,
+        names=DEFAULT_NAMES)
+
+
+def _fit_heads_zero_check(r):
+    fit = r[0]
+    expect(fit.residual == 0 or fit.residual <= 1e-300, f"residual {fit.residual}")
+    expect(finite(fit.V) and finite(fit.Q), "non-finite heads")
+    expect(not np.any(ref_forward(r[1], fit.V, fit.Q)), "zero targets, non-zero predictions")
+    expect(not fit.certificate, "a certificate holds at the zero function")
+
+
+add("fit_heads_zero_targets", "fit_heads", _fit_heads(y=lambda y: 0 * y),
+    check=_fit_heads_zero_check, names=DEFAULT_NAMES)
+for _name, (_kw, _pat) in {
+    "all_zero_sample_weight": ({"sample_weight": np.zeros(30)}, r"sample.weight"),
+    "negative_sample_weight": ({"sample_weight": np.r_[-1.0, np.ones(29)]}, r"sample.weight"),
+    "n_heads_zero": ({"n_heads": 0}, r"n_heads"),
+    "n_init_zero": ({"n_init": 0}, r"n_init"),
+    "tol_nan": ({"tol": math.nan}, r"\btol\b"),
+    "certify_one": ({"certify": 1}, r"certify"),
+    "nan_target": ({"y": _setv(4, np.nan)}, r"\by\b"),
+    "a_billion_heads": ({"n_heads": 10**9, "n_init": 1, "max_iter": 1},
+                        r"memory|GiB|heads"),
+}.items():
+    add(f"fit_heads_{_name}", "fit_heads", _fit_heads(**_kw), error=err(_pat))
+
+
+def _forward_units(a):
+    def call(tmp):
+        X, V, Q = _few(30)
+        A, Ai = np.diag([a, 1 / a, 1.0, 1.0]), np.diag([1 / a, a, 1.0, 1.0])
+        # The same function in other units: every entry representable, outputs of order 1.
+        return pkg().mhla_forward(X @ A, V @ Ai, Ai @ Q @ Ai), ref_forward(X, V, Q)
+    return call
+
+
+def _forward_units_check(r):
+    out, want = r
+    expect(finite(out), "NaN or inf outputs")
+    e = rel(out, want)
+    expect(e <= 1e-12, f"relative error {e:.3g} against the same function in unit coordinates")
+
+
+add("mhla_forward_units_1e60_1e-60", "mhla_forward", _forward_units(1e60),
+    check=_forward_units_check, names=DEFAULT_NAMES)
+add("mhla_forward_units_1e70_1e-70", "mhla_forward", _forward_units(1e70),
+    check=_forward_units_check, error=err(r"\bX\b|\bV\b|\bQ\b"), defect=18,
+    today=SILENT_WRONG)
+
+
+# --- design: learn_from_oracle and identifying_design ---------------------------
+
+
+def _oracle_heads():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(2, 1, 2)), rng.normal(size=(2, 2, 2))
+
+
+def _learn(oracle, d=2, **kw):
+    """learn_from_oracle on the unoptimized design (max_iter=0) unless told otherwise."""
+    def call(tmp):
+        from sklearn_linattn.design import learn_from_oracle
+
+        V, Q = _oracle_heads()
+        kw.setdefault("max_iter", 0)
+        kw.setdefault("n_tokens", 3)
+        return learn_from_oracle(oracle(V, Q), d, random_state=0, **kw), V, Q
+    return call
+
+
+def _exact(V, Q, readout="last"):
+    return lambda X: ref_forward(X, V, Q, readout)[..., 0]
+
+
+def _learned_check(r):
+    fit, V, Q = r
+    expect(bool(fit.model.certificate_), "the design's certificate does not hold")
+    Xt = np.random.default_rng(9).normal(size=(6, 12, 2))
+    readout = fit.model.readout
+    e = rel(fit.model.predict(Xt), truth(Xt, V, Q, readout))
+    expect(e <= 1e-8, f"relative error on long inputs {e:.3g}")
+
+
+def _returns(value):
+    return lambda V, Q: (lambda X: value(X) if callable(value) else value)
+
+
+def _raising(V, Q):
+    def oracle(X):
+        raise RuntimeError("the oracle's own failure")
+    return oracle
+
+
+def _vandal(V, Q):
+    def oracle(X):
+        y = ref_forward(X, V, Q)[..., 0]
+        X[:] = np.nan  # writes into the queries it was given
+        return y
+    return oracle
+
+
+def _torch_answers(V, Q):
+    import torch
+
+    return lambda X: torch.as_tensor(ref_forward(X, V, Q)[..., 0]).requires_grad_()
+
+
+def _changing_outputs(V, Q):
+    calls = []
+
+    def oracle(X):
+        calls.append(len(X))
+        return np.zeros((len(X), 1 if len(calls) == 1 else 2))
+    return oracle
+
+
+for _name, (_oracle, _kw) in {
+    "exact": (lambda V, Q: _exact(V, Q), {}),
+    "exact_readout_all": (lambda V, Q: _exact(V, Q, "all"), {"readout": "all"}),
+    "exact_optimized_design": (lambda V, Q: _exact(V, Q), {"max_iter": 20}),
+    "writes_into_its_queries": (_vandal, {}),
+}.items():
+    add(f"learn_from_oracle_{_name}", "design.learn_from_oracle", _learn(_oracle, **_kw),
+        check=_learned_check, names=DEFAULT_NAMES)
+
+
+def _integer_answers_check(r):  # answers rounded to 1e-6 of their size: checked at that
+    fit, V, Q = r
+    Xt = np.random.default_rng(9).normal(size=(6, 12, 2))
+    e = rel(fit.model.predict(Xt) / 1e6, truth(Xt, V, Q))
+    expect(bool(fit.model.certificate_) and e <= 1e-5, f"relative error {e:.3g}")
+
+
+add("learn_from_oracle_integer_answers", "design.learn_from_oracle",
+    _learn(lambda V, Q: (lambda X: np.rint(1e6 * _exact(V, Q)(X)).astype(np.int64))),
+    check=_integer_answers_check, names=DEFAULT_NAMES)
+add("learn_from_oracle_torch_tensor_answers", "design.learn_from_oracle",
+    _learn(_torch_answers), check=_learned_check, names=DEFAULT_NAMES, requires=_TORCH)
+
+for _name, (_oracle, _kw, _pat) in {
+    "nan_answers": (_returns(lambda X: np.full(len(X), np.nan)), {}, r"oracle"),
+    "one_nan_answer": (lambda V, Q: (lambda X: np.where(np.arange(len(X)) == 2, np.nan,
+                                                         _exact(V, Q)(X))), {}, r"oracle"),
+    "infinite_answers": (_returns(lambda X: np.full(len(X), np.inf)), {}, r"oracle"),
+    "one_answer_too_many": (_returns(lambda X: np.zeros(len(X) + 1)), {}, r"oracle"),
+    "answers_per_position_for_last": (_returns(lambda X: np.zeros(X.shape[:2] + (2,))), {},
+                                      r"oracle"),
+    "scalar_answer": (_returns(1.0), {}, r"oracle"),
+    "none_answer": (_returns(None), {}, r"oracle"),
+    "string_answers": (_returns(lambda X: ["a"] * len(X)), {}, r"oracle"),
+    "object_answers": (_returns(lambda X: np.array([object()] * len(X))), {}, r"oracle"),
+    "d_out_mismatch": (lambda V, Q: _exact(V, Q), {"d_out": 2}, r"oracle|d_out"),
+    "changes_its_number_of_outputs": (_changing_outputs, {"tol": 1e-3}, r"oracle|d_out"),
+    "not_callable": (lambda V, Q: 3, {}, r"oracle"),
+    "max_queries_below_the_design": (lambda V, Q: _exact(V, Q), {"max_queries": 2},
+                                     r"max_queries"),
+    "max_queries_without_room_for_checks": (lambda V, Q: _exact(V, Q),
+                                            {"max_queries": 6, "tol": 1e-3}, r"max_queries"),
+    "tol_zero": (lambda V, Q: _exact(V, Q), {"tol": 0.0}, r"\btol\b"),
+    "X_eval_of_other_d": (lambda V, Q: _exact(V, Q), {"tol": 1e-3,
+                                                      "X_eval": np.zeros((2, 3, 3))}, r"X_eval"),
+    "one_token_queries": (lambda V, Q: _exact(V, Q), {"n_tokens": 1}, r"n_tokens"),
+}.items():
+    add(f"learn_from_oracle_{_name}", "design.learn_from_oracle", _learn(_oracle, **_kw),
+        error=err(_pat))
+add("learn_from_oracle_oracle_raises", "design.learn_from_oracle", _learn(_raising),
+    error=err(r"the oracle's own failure", (RuntimeError,)),
+    note="the user's own exception, unchanged")
+add("learn_from_oracle_complex_answers", "design.learn_from_oracle",
+    _learn(lambda V, Q: (lambda X: _exact(V, Q)(X) + 1j)), error=err(r"oracle"),
+    defect=17, today=SILENT_WRONG)
+
+
+def _noisy(tmp):
+    from sklearn_linattn.design import learn_from_oracle
+
+    V, Q = _oracle_heads()
+    rng = np.random.default_rng(4)
+    fit = learn_from_oracle(lambda X: ref_forward(X, V, Q)[..., 0] + 0.1 * rng.normal(size=len(X)),
+                            2, n_tokens=3, tol=1e-6, max_queries=20, max_iter=0, random_state=0)
+    return fit
+
+
+add("learn_from_oracle_noisy_with_a_tight_budget", "design.learn_from_oracle", _noisy,
+    check=lambda f: expect(not f.converged and f.n_queries <= 20 and f.error_bound > 1e-6,
+                           f"converged={f.converged}, n_queries={f.n_queries}, "
+                           f"error_bound={f.error_bound:.3g}"),
+    names=DEFAULT_NAMES)
+
+
+def _not_attention(tmp):
+    from sklearn_linattn.design import learn_from_oracle
+
+    V, Q = _oracle_heads()
+    return learn_from_oracle(lambda X: np.tanh(ref_forward(X, V, Q)[..., 0]), 2, n_tokens=3,
+                             n_check=3, max_iter=0, random_state=0)
+
+
+add("learn_from_oracle_deterministic_but_not_attention", "design.learn_from_oracle",
+    _not_attention,
+    check=lambda f: expect(f.linear_attention is False, f"linear_attention={f.linear_attention}"),
+    names=DEFAULT_NAMES)
+
+
+def _design(d=2, **kw):
+    def call(tmp):
+        from sklearn_linattn.design import identifying_design
+
+        kw.setdefault("n_tokens", 3)
+        return identifying_design(d, random_state=0, **kw), kw.get("readout", "last")
+    return call
+
+
+def _design_check(r):
+    X, readout = r
+    H = ref_features(X) if readout == "last" else np.concatenate(
+        [ref_features(X[:, : t + 1]) for t in range(X.shape[1])])
+    expect(int(np.linalg.matrix_rank(H)) == psi(X.shape[2]),
+           "the design does not identify the model (reference rank)")
+    expect(bool(pkg().certify_identifiability(X, readout=readout)), "certificate fails")
+
+
+for _name, _kw in {
+    "unoptimized": {"max_iter": 0}, "one_token_d1": {"d": 1, "n_tokens": 1, "max_iter": 0},
+    "readout_all": {"readout": "all", "max_iter": 5},
+    "more_samples_than_needed": {"n_samples": 9, "max_iter": 2},
+}.items():
+    add(f"identifying_design_{_name}", "design.identifying_design", _design(**_kw),
+        check=_design_check, names=DEFAULT_NAMES)
+for _name, (_kw, _pat) in {
+    "n_samples_below_minimum": ({"n_samples": 2}, r"n_samples"),
+    "d_zero": ({"d": 0}, r"\bd\b"),
+    "one_token_for_d2": ({"n_tokens": 1}, r"n_tokens"),
+    "d_300": ({"d": 300}, r"memory|GiB"),
+    "max_iter_negative": ({"max_iter": -1}, r"max_iter"),
+    "n_samples_float": ({"n_samples": 6.0}, r"n_samples"),
+    "readout_bogus": ({"readout": "first"}, r"readout"),
+}.items():
+    add(f"identifying_design_{_name}", "design.identifying_design", _design(**_kw),
+        error=err(_pat), memory_mb=2048)
+
+
+# --- repair_certificate ---------------------------------------------------------
+
+
+def _deficient_and_pool(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(60, 5, 3))
+    X[:, :, 2] = 0.0  # rank 6 of psi = 18
+    return X, rng.normal(size=(40, 5, 3))
+
+
+def _repair(X=None, pool=None, **kw):
+    def call(tmp):
+        X0, P0 = _deficient_and_pool()
+        Xa = X0 if X is None else X(X0)
+        Pa = P0 if pool is None else pool(P0)
+        return pkg().repair_certificate(Xa, Pa, **kw), Xa, Pa
+    return call
+
+
+def _union_rank(X, added):
+    """Reference rank of the features of X and the added sequences (NaN padding kept)."""
+    if X.shape[1:] != added.shape[1:]:
+        return None
+    return int(np.linalg.matrix_rank(ref_features(np.concatenate([X, added]))))
+
+
+def _repaired_check(r):
+    res, X, pool = r
+    expect(res.reached and bool(res.certificate), f"not repaired: {res!r}")
+    expect(res.n_added == 12, f"{res.n_added} sequences added, the fewest is psi - rank = 12")
+    if not callable(pool) and res.indices is not None:
+        expect(bool(np.array_equal(pool[res.indices], res.added, equal_nan=True)),
+               "indices do not match added")
+    added = np.asarray(res.added, dtype=np.float64)
+    rank = _union_rank(X / np.nanmax(np.abs(X)), added / np.nanmax(np.abs(added)))
+    expect(rank is None or rank == 18, f"the union has reference rank {rank} < 18")
+
+
+def _generator(d=3, n_tokens=5, nan_hole=False):
+    def generate(k, rng):
+        Z = rng.normal(size=(k, n_tokens, d))
+        if nan_hole:
+            Z[0, 1] = np.nan
+        return Z
+    return generate
+
+
+for _name, _kw in {
+    "gaussian_pool": {}, "generator": {"pool": lambda P: _generator(), "random_state": 0},
+    "at_1e100": {"X": lambda X: X * 1e100, "pool": lambda P: P * 1e100},
+    "at_1e-100": {"X": lambda X: X * 1e-100, "pool": lambda P: P * 1e-100},
+    "padded_pool": {"pool": lambda P: np.where(
+        (np.arange(5)[None, :, None] >= 3) & (np.arange(40)[:, None, None] % 2 == 0), np.nan, P)},
+}.items():
+    add(f"repair_certificate_{_name}", "repair_certificate", _repair(**_kw),
+        check=_repaired_check, names=DEFAULT_NAMES)
+
+
+def _repair_pool_far(r):
+    res, X, pool = r
+    # Sequences 1e100 times larger: exactly an identifying union, but its Gram matrix spans
+    # 1e600; a claim must be right, a refusal to claim is honest.
+    expect(res.reached == bool(res.certificate), f"reached={res.reached}, {res.certificate!r}")
+    if res.reached:
+        added = np.asarray(res.added) / 1e100
+        expect(_union_rank(X, added) == 18, "claimed a repair that does not identify")
+
+
+add("repair_certificate_pool_1e100_times_the_data", "repair_certificate",
+    _repair(pool=lambda P: P * 1e100), check=_repair_pool_far, names=DEFAULT_NAMES)
+add("repair_certificate_empty_pool", "repair_certificate", _repair(pool=lambda P: P[:0]),
+    check=lambda r: expect(not r[0].reached and r[0].n_added == 0, f"{r[0]!r}"),
+    error=err(r"candidates"))
+add("repair_certificate_pool_that_cannot_repair", "repair_certificate",
+    _repair(pool=lambda P: np.concatenate([P[:, :, :2], 0 * P[:, :, 2:]], axis=2)),
+    check=lambda r: expect(not r[0].reached and r[0].null_dimension == 12
+                           and not r[0].certificate, f"{r[0]!r}"),
+    names=DEFAULT_NAMES)
+add("repair_certificate_already_identifiable", "repair_certificate",
+    _repair(X=lambda X: _deficient_and_pool(1)[1]),
+    check=lambda r: expect(r[0].reached and r[0].n_added == 0, f"{r[0]!r}"),
+    names=DEFAULT_NAMES)
+add("repair_certificate_max_added_zero", "repair_certificate", _repair(max_added=0),
+    check=lambda r: expect(not r[0].reached and r[0].n_added == 0, f"{r[0]!r}"),
+    error=err(r"max_added"))
+
+
+def _raising_generator(k, rng):
+    raise RuntimeError("the generator's own failure")
+
+
+for _name, (_kw, _pat) in {
+    "candidates_of_other_d": ({"pool": lambda P: P[..., :2]}, r"candidates"),
+    "generator_of_other_d": ({"pool": lambda P: _generator(d=2)}, r"candidates"),
+    "generator_with_a_nan_hole": ({"pool": lambda P: _generator(nan_hole=True)},
+                                  r"candidates"),
+    "generator_returns_nothing": ({"pool": lambda P: (lambda k, rng: np.zeros((0, 5, 3)))},
+                                  r"candidates"),
+    "candidates_string": ({"pool": lambda P: "abc"}, r"candidates"),
+    "candidates_with_a_nan_hole": ({"pool": _setv((0, 1), np.nan)}, r"candidates"),
+    "target_of_other_d": ({"target": np.zeros((2, 5, 2))}, r"\btarget\b"),
+    "max_added_negative": ({"max_added": -1}, r"max_added"),
+}.items():
+    add(f"repair_certificate_{_name}", "repair_certificate", _repair(**_kw), error=err(_pat))
+add("repair_certificate_generator_raises", "repair_certificate",
+    _repair(pool=lambda P: _raising_generator),
+    error=err(r"the generator's own failure", (RuntimeError,)),
+    note="the user's own exception, unchanged")
+
+
+# --- intercept and skip terms at extreme scales and in mixed units ---------------
+
+_TERMS = dict(fit_intercept=True, fit_skip=True)
+_TERM_B, _TERM_S = 0.7, np.array([1.0, -2.0, 0.5])
+_TERM_SCALES = {"1e-100": 1e-100, "1e100": 1e100,
+                "units_1e80_1e-80_1": np.array([1e80, 1e-80, 1.0])}
+_TERMS_FIT = "LinearAttentionRegressor(fit_intercept, fit_skip).fit"
+_TERMS_CERTIFY = "certify_identifiability(fit_intercept, fit_skip)"
+
+
+def _terms_data(seed=0):
+    X, y, V, Q, Xt = realizable(200, 6, 3, n_heads=2, seed=seed)
+    f = lambda Z: truth(Z, V, Q) + _TERM_B + Z[:, -1] @ _TERM_S  # noqa: E731
+    return X, f(X), Xt, f(Xt)
+
+
+def _terms_fit(solver, scale):
+    def call(tmp):
+        X, y, Xt, yt = _terms_data()
+        model = LAR(solver=solver, **_TERMS).fit(X * scale, y)  # targets in their own units
+        return model, model.predict(Xt * scale), yt, solver, np.broadcast_to(scale, (3,))
+    return call
+
+
+def _terms_fit_check(r):
+    model, p, yt, solver, scale = r
+    tol = 1e-6 if solver in ("cg", "lsmr") else 1e-9
+    expect(bool(model.certificate_), "generic data with terms not certified")
+    expect(finite(p), "predictions contain NaN or inf")
+    e = rel(p, yt)
+    expect(e <= tol, f"relative error on new inputs {e:.3g} > {tol:g}")
+    expect(abs(float(np.ravel(model.intercept_)[0]) - _TERM_B) <= tol * 10,
+           f"intercept_ {model.intercept_}, expected {_TERM_B}")
+    e = rel(np.ravel(model.skip_coef_) * scale, _TERM_S)
+    expect(e <= tol * 10, f"skip_coef_ off by {e:.3g} (in the tokens' units)")
+
+
+def _terms_certify(solver, scale, **terms):
+    def call(tmp):
+        X = _terms_data()[0]
+        C = pkg().certify_identifiability
+        return bool(C(X * scale, solver=solver)), bool(C(X * scale, solver=solver,
+                                                         **(terms or _TERMS)))
+    return call
+
+
+def _terms_certify_check(r):
+    expect(r == (True, True), f"verdicts without and with terms {r}, expected (True, True)")
+
+
+for _solver in SOLVERS6:
+    for _name, _scale in _TERM_SCALES.items():
+        _open = dict(defect=13, today=CLEAR_ERROR) if _name.startswith("units") else {}
+        add(f"terms_fit_{_name}_{_solver}", _TERMS_FIT,
+            _terms_fit(_solver, _scale), check=_terms_fit_check, names=DEFAULT_NAMES, **_open)
+        add(f"terms_certify_{_name}_{_solver}", _TERMS_CERTIFY,
+            _terms_certify(_solver, _scale), check=_terms_certify_check, names=DEFAULT_NAMES,
+            **_open)
+add("terms_certify_units_1e80_1e-80_1_skip_only", _TERMS_CERTIFY,
+    _terms_certify("eigh", _TERM_SCALES["units_1e80_1e-80_1"], fit_skip=True),
+    check=_terms_certify_check, names=DEFAULT_NAMES, defect=13, today=CLEAR_ERROR)
+
+
+def _null_through_intercept_feature(n=120, T=5, d=3, seed=5):
+    """Each sequence's first coordinate scaled so that S_11 x_last,1 = 1: that attention
+    feature equals the intercept column on every training row."""
+    X = np.random.default_rng(seed).normal(size=(n, T, d))
+    X[:, :, 0] *= np.cbrt(1.0 / (X[:, -1, 0] * (X[:, :, 0] ** 2).sum(axis=1)))[:, None]
+    return X
+
+
+def _null_through_intercept_combination(n=150, T=5, d=3, seed=5):
+    """Each sequence scaled so that a random combination of its features is 1."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, T, d))
+    c = rng.normal(size=psi(d))
+    return X * np.cbrt(1.0 / (ref_features(X) @ c))[:, None, None]
+
+
+def _null_through_skip(n=120, T=5, d=3, seed=6):
+    """S_11 = 1 for every sequence: the features S_11 x_last,l are the skip columns."""
+    X = np.random.default_rng(seed).normal(size=(n, T, d))
+    X[:, :, 0] /= np.sqrt((X[:, :, 0] ** 2).sum(axis=1))[:, None]
+    return X
+
+
+def _null_through_intercept_all(n=60, T=4, d=2, seed=7):
+    """readout="all": x_t,1 solves x_t,1 (sum_{s<=t} x_s,1**2) = 1 at every prefix."""
+    X = np.random.default_rng(seed).normal(size=(n, T, d))
+    s = 0.0
+    for t in range(T):  # the positive root of x**3 + s x - 1 = 0
+        roots = np.roots([1.0, 0.0, s, -1.0])
+        x = float(max(r.real for r in roots if abs(r.imag) < 1e-12))
+        X[:, t, 0] = x
+        s += x * x
+    return X
+
+
+_NULL_DESIGNS = {
+    "intercept_equals_a_feature": (_null_through_intercept_feature, {"fit_intercept": True},
+                                   "last"),
+    "intercept_equals_a_combination": (_null_through_intercept_combination,
+                                       {"fit_intercept": True}, "last"),
+    "skip_equals_features": (_null_through_skip, {"fit_skip": True}, "last"),
+    "intercept_equals_a_feature_readout_all": (_null_through_intercept_all,
+                                               {"fit_intercept": True}, "all"),
+}
+
+
+def _null_certify(make, terms, readout, solver, fit=False):
+    def call(tmp):
+        X = make()
+        C = pkg().certify_identifiability
+        plain = bool(C(X, readout=readout, solver=solver))
+        if fit:
+            y = np.random.default_rng(0).normal(size=X.shape[:2] if readout == "all"
+                                                else len(X))
+            with_terms = bool(LAR(readout=readout, solver=solver, **terms)
+                              .fit(X, y).certificate_)
+        else:
+            with_terms = bool(C(X, readout=readout, solver=solver, **terms))
+        return plain, with_terms
+    return call
+
+
+def _null_check(r):
+    expect(r[0], "the design without terms is not certified (it should be)")
+    expect(not r[1], "certified although a term column is an exact combination of features")
+
+
+for _name, (_make, _terms, _readout) in _NULL_DESIGNS.items():
+    for _solver in SOLVERS6:
+        _open = (dict(defect=14, today=SILENT_WRONG)
+                 if (_name, _solver) == ("intercept_equals_a_feature", "cg") else {})
+        add(f"terms_certify_null_{_name}_{_solver}", _TERMS_CERTIFY,
+            _null_certify(_make, _terms, _readout, _solver), check=_null_check,
+            names=DEFAULT_NAMES, **_open)
+for _solver in ("eigh", "cg"):
+    _open = dict(defect=14, today=SILENT_WRONG) if _solver == "cg" else {}
+    add(f"terms_fit_null_intercept_equals_a_feature_{_solver}", _TERMS_FIT,
+        _null_certify(_null_through_intercept_feature, {"fit_intercept": True}, "last",
+                      _solver, fit=True),
+        check=_null_check, names=DEFAULT_NAMES, **_open)
 
 
 # ---------------------------------------------------------------------------
@@ -2686,6 +3956,16 @@ def case_runner(case, tmp):
 def run_cases(cases, *, timeout=None, jobs=None, progress=None):
     """Run cases in forked children, ``jobs`` at a time; returns {id: result dict}."""
     jobs = max(1, jobs or os.cpu_count() or 1)
+    # What the cases need is imported once, here: every child inherits it (PyTorch
+    # alone takes seconds to import).  Children limit every thread pool to one
+    # thread, so a fork after these imports is safe.
+    import importlib
+
+    for name in sorted({m for c in cases for m in c.requires}):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the cases that need it report the ImportError themselves
     # Long cases first (slow ones, the command line), so that they overlap the rest.
     pending = sorted(cases, key=lambda c: (not c.slow, c.entry != "cli"))
     running = {}
@@ -2750,7 +4030,10 @@ def run_cases(cases, *, timeout=None, jobs=None, progress=None):
             res = dict(job["result"])
             res.update(id=case.id, entry=case.entry, defect=case.defect,
                        expected=list(case.expected),
-                       passed=res["outcome"] in case.expected)
+                       passed=res["outcome"] in case.expected,
+                       today=case.today,
+                       as_recorded=(res["outcome"] == case.today) if case.open
+                       else res["outcome"] in case.expected)
             results[case.id] = res
             if progress:
                 progress(res)
@@ -2773,7 +4056,11 @@ def report(results, cases):
     for r in results.values():
         total[r["outcome"]] += 1
     passed = sum(r["passed"] for r in results.values())
-    out.append(f"\n{len(results)} cases: {passed} as expected, {len(results) - passed} failing\n")
+    recorded = sum(bool(r.get("today")) and r["as_recorded"] for r in results.values())
+    unexpected = sum(not r["as_recorded"] for r in results.values())
+    out.append(f"\n{len(results)} cases: {passed} as expected, {len(results) - passed} failing "
+               f"({recorded} of them open defects showing their recorded outcome); "
+               f"{unexpected} not as recorded\n")
     out.append(_table([[k, total[k]] for k in OUTCOMES], ["outcome", "cases"]))
     entries = {}
     for cid in order:
@@ -2794,10 +4081,19 @@ def report(results, cases):
         groups.setdefault(r["defect"], []).append(r)
     for defect in sorted(groups, key=lambda d: (d is None, d or 0)):
         label = f"defect {defect}" if defect is not None else "beyond the known defects"
+        if defect in OPEN_DEFECTS:
+            label += f", open: {OPEN_DEFECTS[defect]}"
         out.append(f"\n  [{label}]")
         for r in groups[defect]:
+            mark = "" if not r.get("today") else (
+                " [recorded]" if r["as_recorded"] else f" [recorded as {r['today']}]")
             out.append(f"    {r['id']}: {r['outcome']} (expected {'/'.join(r['expected'])})"
-                       f" -- {_short(r['detail'], 160)}")
+                       f"{mark} -- {_short(r['detail'], 160)}")
+    fixed = [r for r in results.values() if r.get("today") and r["passed"]]
+    if fixed:
+        out.append(f"\nopen defects that now end as expected ({len(fixed)}): drop their "
+                   "today= (and the defect from OPEN_DEFECTS once none is left):")
+        out.extend(f"    {r['id']} (defect {r['defect']})" for r in fixed)
     return "\n".join(out)
 
 
@@ -2812,7 +4108,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="write per-case results to PATH")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help="seconds per case (default 20; some cases set their own)")
+                        help=f"seconds before a case is killed as a HANG (default "
+                             f"{HANG_SECONDS:g}; a case may set its own)")
     parser.add_argument("--jobs", type=int, default=None, help="cases at a time (default: CPUs)")
     parser.add_argument("--only", metavar="REGEX", help="run the cases whose id matches")
     parser.add_argument("--skip-slow", action="store_true", help="leave out slow cases")
@@ -2821,14 +4118,20 @@ def main(argv=None):
     cases = select_cases(args.only, args.skip_slow)
     if args.list:
         for c in cases:
-            print(f"{c.id}\t{c.entry}\t{c.defect or ''}\t{'/'.join(c.expected)}")
+            print(f"{c.id}\t{c.entry}\t{c.defect or ''}\t{'/'.join(c.expected)}"
+                  f"\t{'open, today ' + c.today if c.open else ''}")
         return 0
+    absent = {c.id: missing_requirements(c) for c in cases}
+    for cid, names in absent.items():
+        if names:
+            print(f"skipped {cid}: needs {', '.join(names)}", file=sys.stderr)
+    cases = [c for c in cases if not absent[c.id]]
     pkg()  # import once; children inherit it
     probe = ("import sklearn_linattn, sys; sys.stdout.write(sklearn_linattn.__file__)")
     environ = dict(os.environ)
     environ["PYTHONPATH"] = _package_root() + os.pathsep + environ.get("PYTHONPATH", "")
     cli_module = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                                env=environ, timeout=60).stdout
+                                env=environ, timeout=HANG_SECONDS).stdout
     done = [0]
 
     def progress(r):
@@ -2845,7 +4148,8 @@ def main(argv=None):
     if args.json:
         ordered = [results[c.id] for c in cases]
         Path(args.json).write_text(json.dumps(ordered, indent=1))
-    return 0 if all(r["passed"] for r in results.values()) else 1
+    # As in the test suite: an open defect passes while it shows its recorded outcome.
+    return 0 if all(r["as_recorded"] for r in results.values()) else 1
 
 
 if __name__ == "__main__":
