@@ -41,7 +41,7 @@ from ._features import n_attention_features
 from ._io import _load_arrays
 from ._memory import n_pairs, real_tokens
 from ._solvers import SOLVERS, choose_solver, solver_memory
-from ._validation import check_number
+from ._params import check_number
 
 EXIT_OK = 0
 EXIT_INPUT = 1

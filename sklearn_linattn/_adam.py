@@ -37,13 +37,12 @@ from ._memory import iter_sample_chunks, real_tokens
 from ._validation import (
     check_data_format,
     check_heads,
-    check_number,
     check_readout,
     check_sequences,
     check_targets,
     check_token_dim,
-    validate_random_state,
 )
+from ._params import check_number, validate_random_state
 from ._base import AttentionHeadsRegressorMixin
 
 __all__ = [

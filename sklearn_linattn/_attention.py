@@ -20,15 +20,15 @@ from ._memory import (
     zero_padding,
 )
 from ._standardize import SAFE_EXPONENT, scale_per_sample
-from ._units import max_exponent
+from ._units import _column_abs_max, _exponent, _pow2_scale
 from ._validation import (
     as_real_array,
     check_heads,
     check_lengths,
-    check_number,
     check_readout,
     check_sequences,
 )
+from ._params import check_number
 
 __all__ = [
     "attention_coefficients",
@@ -37,25 +37,46 @@ __all__ = [
     "same_function",
 ]
 
-def _scaled_heads(V, Q):
+# Below every float64 exponent: marks a head with no non-zero entry.
+_NO_EXPONENT = -(2**40)
+
+
+def _head_exponents(A, shift):
+    """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``_NO_EXPONENT`` if zero)."""
+    mantissa, exp = np.frexp(A)
+    exp = np.where(mantissa != 0, exp + shift[None], _NO_EXPONENT)
+    return exp.reshape(A.shape[0], int(np.prod(A.shape[1:]))).max(axis=1, initial=_NO_EXPONENT)
+
+
+def _scaled_heads(V, Q, e=None):
     """Heads rescaled by powers of two, and the exponent that undoes it.
 
-    ``V_h 2**-m, Q_h 2**m`` is the same head, so each head is first balanced
-    (its largest V and Q entries get about the same exponent); then one
-    exponent for all of V and one for all of Q bring the largest entries to
-    [0.5, 1).  The output of the rescaled heads times ``2**shift`` is the
-    output of the given ones; only scaling by powers of two is exact.
+    With ``e`` (one exponent per token coordinate) the heads are those of
+    tokens scaled by ``2**-e``: ``V[h, a, j] 2**e_j`` and ``Q[h, k, l]
+    2**(e_k + e_l)``.  ``V_h 2**-m, Q_h 2**m`` is the same head, so each head
+    is balanced (its largest V and Q entries get about the same exponent);
+    then one exponent for all of V and one for all of Q bring the largest
+    entries to [0.5, 1).  Every entry is scaled once, by one power of two
+    computed from the exponents alone, so nothing overflows on the way.  The
+    output of the rescaled heads times ``2**shift`` is the output of the given
+    ones; only scaling by powers of two is exact.
     """
     n_heads, d_out, d = V.shape
-    eV = max_exponent(V.reshape(n_heads, d_out * d), axis=1)
-    eQ = max_exponent(Q.reshape(n_heads, d * d), axis=1)
+    e = np.zeros(d, dtype=np.int64) if e is None else np.asarray(e, dtype=np.int64)
+    sv = np.broadcast_to(e[None, :], (d_out, d))
+    sq = e[:, None] + e[None, :]
+    eV, eQ = _head_exponents(V, sv), _head_exponents(Q, sq)
+    live = (eV != _NO_EXPONENT) & (eQ != _NO_EXPONENT)
+    eV, eQ = np.where(live, eV, 0), np.where(live, eQ, 0)
     m = (eV - eQ) // 2
-    V = np.ldexp(V, -m[:, None, None])
-    Q = np.ldexp(Q, m[:, None, None])
-    gV, gQ = max_exponent(V), max_exponent(Q)
-    # Heads far below the largest one may underflow here: their share of every
-    # output is then below 2**-1000 of the largest head's.
-    return np.ldexp(V, -gV), np.ldexp(Q, -gQ), int(gV) + int(gQ)
+    gV = int((eV - m)[live].max()) if live.any() else 0
+    gQ = int((eQ + m)[live].max()) if live.any() else 0
+    # A head with one zero factor is zero; heads far below the largest one may
+    # underflow here: their share of every output is then below 2**-1000 of
+    # the largest head's.
+    V = np.ldexp(V * live[:, None, None], sv[None] - (m + gV)[:, None, None])
+    Q = np.ldexp(Q * live[:, None, None], sq[None] + (m - gQ)[:, None, None])
+    return V, Q, gV + gQ
 
 
 def _restore_scale(y, exponents, start):
@@ -153,6 +174,7 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
     # Exact power-of-two rescaling: y(2**e X) = 2**(3e) y(X), and heads
     # rescaled by _scaled_heads, so that no product over- or underflows on
     # the way to an output that float64 can hold.
+    V_given, Q_given = V, Q
     V, Q, head_shift = _scaled_heads(V, Q)
     if readout == "last":
         out = np.empty((n_samples, d_out))
@@ -162,13 +184,22 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
         # Running d x d moments, or the masked n_tokens x n_tokens scores per head.
         per_sample = n_tokens * min(d * d, n_heads * n_tokens) + n_tokens * n_heads * d
     for sl in iter_sample_chunks(n_samples, per_sample):
-        # Padding is zero here, so the scale is that of the real tokens.
-        Xc, e = scale_per_sample(X[sl], safe=SAFE_EXPONENT)
+        Xc, Vc, Qc, shift = X[sl], V, Q, head_shift
+        # Padding is zero here, so the scales are those of the real tokens.
+        col = _column_abs_max(Xc.reshape(-1, d))
+        units = np.where(col > 0, _exponent(col), 0)
+        if units.max(initial=0) - units.min(initial=0) > SAFE_EXPONENT:
+            # Coordinates in very different units: each one scaled to its own
+            # power of two, the heads in those units (one scale for the
+            # sequence could not keep every product inside float64).
+            Xc = _pow2_scale(np.asarray(Xc, dtype=np.float64), -units)
+            Vc, Qc, shift = _scaled_heads(V_given, Q_given, units)
+        Xc, e = scale_per_sample(Xc, safe=SAFE_EXPONENT)
         if readout == "last":
-            y = _forward_last(Xc, V, Q, lengths[sl])
+            y = _forward_last(Xc, Vc, Qc, lengths[sl])
         else:
-            y = _forward_all(Xc, V, Q, lengths[sl])
-        out[sl] = _restore_scale(y, 3 * e + head_shift, sl.start)
+            y = _forward_all(Xc, Vc, Qc, lengths[sl])
+        out[sl] = _restore_scale(y, 3 * e + shift, sl.start)
     return out
 
 

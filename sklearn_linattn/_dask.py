@@ -46,12 +46,12 @@ from ._terms import LinearTerms
 from ._training import check_layout
 from ._validation import (
     check_data_format,
-    check_number,
     check_readout,
     check_sequences,
     check_targets,
     check_token_dim,
 )
+from ._params import check_number
 
 __all__ = ["dask_coordinates", "dask_scales", "dask_sufficient_statistics",
            "is_dask_collection"]

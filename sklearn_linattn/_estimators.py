@@ -31,11 +31,10 @@ from ._terms import LinearTerms
 from ._training import TrainingData
 from ._validation import (
     check_data_format,
-    check_number,
     check_readout,
     check_token_dim,
-    validate_random_state,
 )
+from ._params import check_number, validate_random_state
 
 __all__ = ["LinearAttentionRegressor"]
 

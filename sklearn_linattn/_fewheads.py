@@ -35,7 +35,7 @@ from ._head_rows import (
 from ._heads import heads_from_coefficients
 from ._local_certificate import _certificate, _local_certificate
 from ._memory import single_blas_thread
-from ._validation import check_number, validate_random_state
+from ._params import check_number, validate_random_state
 
 __all__ = ["HeadsFit", "fit_heads", "fit_standardized_heads"]
 

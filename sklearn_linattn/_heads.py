@@ -18,7 +18,8 @@ from ._attention import attention_coefficients
 from ._features import n_attention_features, pair_indices, unfold_coefficients
 from ._memory import n_pairs, single_blas_thread
 from ._units import max_exponent
-from ._validation import as_real_array, check_number, validate_random_state
+from ._validation import as_real_array
+from ._params import check_number, validate_random_state
 
 __all__ = ["CompressionJudge", "compress_heads", "heads_from_coefficients"]
 

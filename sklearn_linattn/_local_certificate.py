@@ -5,6 +5,7 @@ import functools
 import numpy as np
 import scipy.linalg
 
+from ._attention import _NO_EXPONENT, _head_exponents
 from ._features import pair_indices
 from ._head_rows import _EPS, _Rows, _balance, _check_jacobian_memory, _validated
 from ._heads import _key_query_design, _value_design
@@ -250,17 +251,6 @@ def _certificate(rows, V, Q, eps_in=_EPS):
                             n_equations=G.shape[0], relative_sigma_min=rel,
                             generic_rank=_generic_rank(n_heads, d_out, d),
                             degenerate_heads=degenerate)
-
-
-# Exponent below every float64's: marks a head with no non-zero entry.
-_NO_EXPONENT = -(2**40)
-
-
-def _head_exponents(A, shift):
-    """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``_NO_EXPONENT`` if zero)."""
-    mantissa, exp = np.frexp(A)
-    exp = np.where(mantissa != 0, exp + shift[None], _NO_EXPONENT)
-    return exp.reshape(A.shape[0], -1).max(axis=1, initial=_NO_EXPONENT)
 
 
 def standardized_heads(st, V, Q, y_exponents=None):

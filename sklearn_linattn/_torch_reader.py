@@ -14,7 +14,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ._validation import check_number, check_readout
+from ._validation import check_readout
+from ._params import check_number
 from .layouts import _check_float64_size, _dense_weight, heads_from_projections
 
 __all__ = ["AttentionHeads", "from_torch"]

@@ -157,6 +157,20 @@ def _full(X):
     return np.full(X.shape[0], X.shape[1], dtype=np.int64)
 
 
+def _targets_after(X, lengths, name, check):
+    """``check()`` of the targets, X's own error first when X's values were not checked.
+
+    A bad y often comes from a bad X (an infinity in X makes the targets
+    computed from it NaN): the message names the cause.
+    """
+    try:
+        return check()
+    except ValueError:
+        if lengths is None:
+            complete_sequences(X, name=name, copy=False)
+        raise
+
+
 class TrainingData:
     """Training data, validated in chunks when X is a large array.
 
@@ -194,9 +208,9 @@ class TrainingData:
             # Read only (statistics, solvers, or concatenated): no copy needed.
             Xv, lengths = check_sequences(X, n_features_in=n_features_in, copy=False,
                                           defer_finite=self._defer, **layout)
-            Y, single = check_targets(y, _full(Xv) if lengths is None else lengths,
-                                      Xv.shape[1], readout=readout,
-                                      data_format=layout["data_format"])
+            Y, single = _targets_after(Xv, lengths, "X", lambda: check_targets(
+                y, _full(Xv) if lengths is None else lengths, Xv.shape[1], readout=readout,
+                data_format=layout["data_format"]))
             w = check_sample_weight(sample_weight, Xv.shape[0])
             self._whole = (Xv, lengths, Y, single, w)
             self.n_samples = Xv.shape[0]
@@ -227,10 +241,10 @@ class TrainingData:
                 self.X[sl], n_features_in=self.n_features_in, name=name, copy=False,
                 defer_finite=defer and self._defer, **self.layout,
             )
-            Yc, single = check_targets(
+            Yc, single = _targets_after(Xc, lc, name, lambda: check_targets(
                 self.y[sl], _full(Xc) if lc is None else lc, Xc.shape[1], readout=self.readout,
                 name=f"y[{sl.start}:{sl.stop}]", data_format=self.layout["data_format"],
-            )
+            ))
             w = None if self.sample_weight is None else self.sample_weight[sl]
             yield Xc, lc, Yc, single, w, name
 

@@ -26,7 +26,8 @@ import numpy as np
 
 from ._attention import mhla_forward
 from ._memory import default_memory_budget, real_tokens
-from ._validation import check_number, check_readout, validate_random_state
+from ._validation import check_readout
+from ._params import check_number, validate_random_state
 from .programs import run_dfa
 
 __all__ = [

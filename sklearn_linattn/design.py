@@ -54,7 +54,11 @@ from ._certificate import certify_identifiability
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features, pair_indices, row_factors
 from ._memory import resolve_budget
-from ._validation import check_number, check_readout, check_sequences, validate_random_state
+from ._validation import (
+    check_readout,
+    check_sequences,
+)
+from ._params import check_number, validate_random_state
 
 __all__ = ["OracleFit", "identifying_design", "learn_from_oracle", "minimum_design_size"]
 
@@ -411,6 +415,14 @@ def _to_numpy(out):
     """The oracle's answer as a NumPy array (PyTorch tensors detached and moved to the CPU)."""
     if hasattr(out, "detach") and hasattr(out, "cpu"):
         out = out.detach().cpu().numpy()
+    kind = getattr(np.asarray(out), "dtype", np.dtype(object)).kind
+    if kind == "c":
+        # A cast to float64 would drop the imaginary part: another function.
+        raise TypeError(
+            f"oracle must return real numbers; got complex values ({np.asarray(out).dtype}). "
+            "Return the real outputs the oracle computes (np.real if the imaginary part is "
+            "rounding)."
+        )
     try:
         return np.asarray(out, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -20,7 +20,8 @@ import numpy as np
 import scipy.sparse
 
 from ._memory import resolve_budget
-from ._validation import as_real_array, check_number
+from ._validation import as_real_array
+from ._params import check_number
 
 __all__ = [
     "Projections",

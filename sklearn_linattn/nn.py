@@ -12,7 +12,11 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import as_real_array, check_number, check_readout
+from ._validation import (
+    as_real_array,
+    check_readout,
+)
+from ._params import check_number
 from ._torch_reader import AttentionHeads, from_torch
 from .layouts import projections_from_heads
 
@@ -233,11 +237,19 @@ class MultiHeadLinearAttention(torch.nn.Module):
             positions (as ``predict``).  The output axis is there even for
             ``d_out = 1``.
 
+        Raises
+        ------
+        ValueError
+            When an output at a real position is not finite (an infinity in
+            x, or values too large for the dtype): NaN is the padding marker,
+            and an overflow would otherwise reach a loss silently.
+
         Notes
         -----
         Without ``mask`` the layer reads one boolean back from the device
         per call (whether x holds a NaN); only then does it look for the
-        padding.  With ``mask`` it checks the mask's layout, which also reads
+        padding.  It reads one more after the output, whether every output
+        at a real position is finite.  With ``mask`` it checks the mask's layout, which also reads
         back from the device.
 
         Examples
@@ -269,24 +281,43 @@ class MultiHeadLinearAttention(torch.nn.Module):
             q = torch.einsum("hkd,bd->bhk", self.W_q, x_out)
             # Padded keys and values are zero, so summing over all positions is causal.
             state = torch.einsum("bhnk,bhnv->bhkv", k, v)
-            heads = torch.einsum("bhk,bhkv->bhv", q, state).reshape(batch, -1)
+            heads = torch.einsum("bhk,bhkv->bhv", q, state).flatten(start_dim=1)
         else:
             x_out = x
             q = torch.einsum("hkd,bnd->bhnk", self.W_q, x)
             scores = torch.einsum("bhtk,bhsk->bhts", q, k)
             causal = torch.ones(n_tokens, n_tokens, dtype=torch.bool, device=x.device).tril()
             scores = scores.masked_fill(~causal, 0.0)
-            heads = torch.einsum("bhts,bhsv->bthv", scores, v).reshape(batch, n_tokens, -1)
+            heads = torch.einsum("bhts,bhsv->bthv", scores, v).flatten(start_dim=2)
         y = self.scale * heads @ self.W_o.T
         if self.skip is not None:
             y = y + x_out @ self.skip.T
         if self.bias is not None:
             y = y + self.bias
+        _check_outputs(y, mask if self.readout == "all" else None)
         if self.readout == "all" and mask is not None:
             # NaN in, NaN out at padded positions (as predict); zero where a mask pads.
             y = (y.masked_fill(~mask[..., None], math.nan) if nan_padded
                  else y * mask[..., None])
         return y
+
+
+def _check_outputs(y, mask):
+    """Refuse outputs that are not finite at real positions (overflow, or an infinite input).
+
+    NaN is the padding marker of the outputs, and an overflow would otherwise
+    show as NaN (inf - inf) or inf in a loss far from where it arose.
+    """
+    bad = ~torch.isfinite(y)
+    if mask is not None:
+        bad = bad & mask[..., None]
+    if bool(bad.any()):
+        i = int(torch.nonzero(bad.flatten(start_dim=1).any(dim=1))[0, 0])
+        raise ValueError(
+            f"the outputs for x[{i}] are not finite: x holds an infinity there, or its values "
+            f"(cubed in the outputs) or the weights are too large for {y.dtype}; rescale x "
+            "or the layer's weights."
+        )
 
 
 def _nan_padding(x, isnan):

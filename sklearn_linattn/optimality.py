@@ -18,7 +18,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._attention import attention_coefficients, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
-from ._local_certificate import _NO_EXPONENT, standardized_heads
+from ._attention import _NO_EXPONENT
+from ._local_certificate import standardized_heads
 from ._memory import real_tokens
 from ._units import max_exponent
 from ._validation import (

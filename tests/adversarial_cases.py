@@ -26,7 +26,7 @@ Outcome classes (``evaluate``):
   depends on the machine's speed.
 
 Defects: ``defect=N`` ties a case to a defect it was written for.  Defects 1
-to 12 are fixed.  An open defect (``OPEN_DEFECTS``) has cases that declare the
+to 18 are fixed.  An open defect (``OPEN_DEFECTS``) has cases that declare the
 right outcome and, with ``today=``, the outcome the defect shows until it is
 fixed: the suite passes while a case shows exactly that (pytest: an expected
 failure, strict) and fails once the case ends as expected, so that the fix
@@ -164,26 +164,7 @@ CASES: list[Case] = []
 # as the case ends in its expected outcome -- the defect is fixed, so the case
 # must lose its ``today`` (and the defect its entry here) -- or in anything
 # else.
-OPEN_DEFECTS = {
-    13: "certify_identifiability and fit with fit_skip=True refuse tokens whose coordinates "
-        "differ by 1e160 (X * [1e80, 1e-80, 1]): 'The coefficients on the data's own units "
-        "cannot be represented', although the same X without terms is certified and every "
-        "coefficient is representable",
-    14: "solver='cg' with fit_intercept=True certifies a design whose intercept column equals "
-        "an attention feature on every training row (an exact null direction through the "
-        "term columns); every other solver says not identifiable",
-    15: "nn.MultiHeadLinearAttention (and so to_torch's module) raises torch's RuntimeError "
-        "on an empty batch (0 sequences) instead of returning an empty output",
-    16: "nn.MultiHeadLinearAttention (and so to_torch's module) returns NaN, the padding "
-        "marker, at real positions whose outputs overflow float64 (predict raises a "
-        "ValueError naming X there)",
-    17: "design.learn_from_oracle accepts complex answers and drops their imaginary part "
-        "(NumPy's cast to float64), fitting a function the oracle does not compute",
-    18: "mhla_forward returns 0 for every output when the tokens' coordinates differ by 1e140 "
-        "or more (X @ diag(1e70, 1e-70, 1, 1)) with the heads in the same units, although "
-        "every entry is representable and the outputs are of order 1 (what fit_heads "
-        "returns for such data evaluates to 0)",
-}
+OPEN_DEFECTS = {}
 
 
 def add(id, entry, call, *, check=None, error=None, names=None, defect=None,
@@ -3044,7 +3025,7 @@ def _to_torch_overflow_check(r):
 
 
 add("to_torch_outputs_overflow", "nn.to_torch", _to_torch_overflow,
-    check=_to_torch_overflow_check, error=err(r"\bx\b"), defect=16, today=SILENT_WRONG,
+    check=_to_torch_overflow_check, error=err(r"\bx\b"), defect=16,
     requires=_TORCH)
 
 
@@ -3066,7 +3047,7 @@ def _to_torch_empty_batch_check(r):
 for _readout in ("last", "all"):
     add(f"to_torch_empty_batch_{_readout}", "nn.to_torch", _to_torch_empty_batch(_readout),
         check=_to_torch_empty_batch_check, error=err(r"\bx\b|batch"), defect=15,
-        today=OTHER_EXCEPTION, requires=_TORCH)
+        requires=_TORCH)
 
 
 def _to_torch_with(**kw):
@@ -3399,8 +3380,7 @@ def _forward_units_check(r):
 add("mhla_forward_units_1e60_1e-60", "mhla_forward", _forward_units(1e60),
     check=_forward_units_check, names=DEFAULT_NAMES)
 add("mhla_forward_units_1e70_1e-70", "mhla_forward", _forward_units(1e70),
-    check=_forward_units_check, error=err(r"\bX\b|\bV\b|\bQ\b"), defect=18,
-    today=SILENT_WRONG)
+    check=_forward_units_check, error=err(r"\bX\b|\bV\b|\bQ\b"), defect=18)
 
 
 # --- design: learn_from_oracle and identifying_design ---------------------------
@@ -3523,7 +3503,7 @@ add("learn_from_oracle_oracle_raises", "design.learn_from_oracle", _learn(_raisi
     note="the user's own exception, unchanged")
 add("learn_from_oracle_complex_answers", "design.learn_from_oracle",
     _learn(lambda V, Q: (lambda X: _exact(V, Q)(X) + 1j)), error=err(r"oracle"),
-    defect=17, today=SILENT_WRONG)
+    defect=17)
 
 
 def _noisy(tmp):
@@ -3757,7 +3737,7 @@ def _terms_certify_check(r):
 
 for _solver in SOLVERS6:
     for _name, _scale in _TERM_SCALES.items():
-        _open = dict(defect=13, today=CLEAR_ERROR) if _name.startswith("units") else {}
+        _open = dict(defect=13) if _name.startswith("units") else {}
         add(f"terms_fit_{_name}_{_solver}", _TERMS_FIT,
             _terms_fit(_solver, _scale), check=_terms_fit_check, names=DEFAULT_NAMES, **_open)
         add(f"terms_certify_{_name}_{_solver}", _TERMS_CERTIFY,
@@ -3765,7 +3745,7 @@ for _solver in SOLVERS6:
             **_open)
 add("terms_certify_units_1e80_1e-80_1_skip_only", _TERMS_CERTIFY,
     _terms_certify("eigh", _TERM_SCALES["units_1e80_1e-80_1"], fit_skip=True),
-    check=_terms_certify_check, names=DEFAULT_NAMES, defect=13, today=CLEAR_ERROR)
+    check=_terms_certify_check, names=DEFAULT_NAMES, defect=13)
 
 
 def _null_through_intercept_feature(n=120, T=5, d=3, seed=5):
@@ -3837,13 +3817,13 @@ def _null_check(r):
 
 for _name, (_make, _terms, _readout) in _NULL_DESIGNS.items():
     for _solver in SOLVERS6:
-        _open = (dict(defect=14, today=SILENT_WRONG)
+        _open = (dict(defect=14)
                  if (_name, _solver) == ("intercept_equals_a_feature", "cg") else {})
         add(f"terms_certify_null_{_name}_{_solver}", _TERMS_CERTIFY,
             _null_certify(_make, _terms, _readout, _solver), check=_null_check,
             names=DEFAULT_NAMES, **_open)
 for _solver in ("eigh", "cg"):
-    _open = dict(defect=14, today=SILENT_WRONG) if _solver == "cg" else {}
+    _open = dict(defect=14) if _solver == "cg" else {}
     add(f"terms_fit_null_intercept_equals_a_feature_{_solver}", _TERMS_FIT,
         _null_certify(_null_through_intercept_feature, {"fit_intercept": True}, "last",
                       _solver, fit=True),

@@ -584,7 +584,7 @@ def test_negative_sample_weight_message_shows_the_number():
 
 def test_integers_beyond_float64_are_named_not_a_numpy_type_error():
     """Reproducer: alpha=10**400 raised numpy's TypeError ("ufunc 'isfinite' not supported")."""
-    from sklearn_linattn._validation import check_number
+    from sklearn_linattn._params import check_number
 
     with pytest.raises(ValueError, match=r"^alpha must be a real number >= 0; got 1000"):
         check_number(10**400, "alpha", low=0)

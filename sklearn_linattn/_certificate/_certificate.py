@@ -14,7 +14,8 @@ from .._features import attention_features, prefix_features, sparse_feature_rows
 from .._memory import iter_sample_chunks, real_tokens
 from .._standardize import TokenStandardizer, scale_per_sample
 from .._units import _ldexp
-from .._validation import check_number, check_sequences
+from .._validation import check_sequences
+from .._params import check_number
 from ._rowspace import row_space_from_solution
 from ._witness import make_term_witness, make_witness
 

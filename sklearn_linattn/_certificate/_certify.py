@@ -14,12 +14,12 @@ from .._terms import LinearTerms, fit_terms
 from .._training import check_layout
 from .._validation import (
     check_data_format,
-    check_number,
     check_readout,
     check_sample_weight,
     check_sequences,
     check_token_dim,
 )
+from .._params import check_number
 from ._certificate import IdentifiabilityCertificate
 
 __all__ = ["certify_identifiability"]

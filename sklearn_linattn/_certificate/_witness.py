@@ -6,7 +6,8 @@ import numpy as np
 
 from .._features import attention_features
 from .._heads import heads_from_coefficients
-from .._validation import to_data_format, validate_random_state
+from .._validation import to_data_format
+from .._params import validate_random_state
 
 __all__ = ["Witness", "make_term_witness", "make_witness"]
 

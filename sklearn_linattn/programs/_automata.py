@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 
 from .._memory import real_tokens
-from .._validation import check_number
+from .._params import check_number
 from ._compiler import CompiledProgram, Program, _rule_table_codes
 
 

@@ -5,7 +5,8 @@ from collections.abc import Hashable, Mapping
 import numpy as np
 
 from .._attention import mhla_forward, mhla_generate
-from .._validation import check_number, check_sequences
+from .._validation import check_sequences
+from .._params import check_number
 
 #: Name of the positional attribute of programs built with ``max_length``.
 POSITION = "position"

@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 
-from .._validation import check_number
+from .._params import check_number
 from ._compiler import CompiledProgram, Program, _rule_table_codes
 
 #: Head moves of :func:`turing_machine_program`, in one-hot order.

@@ -1,0 +1,140 @@
+"""Checks of numeric and random-state parameters: the messages every estimator and function shares."""
+
+import numbers
+import sys
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+__all__ = ["check_number", "validate_random_state"]
+
+
+def check_number(
+    value,
+    name,
+    *,
+    integer=False,
+    low=None,
+    high=None,
+    low_open=False,
+    high_open=False,
+    allow_none=False,
+):
+    """Check one numeric parameter; the message names it, the range and the value.
+
+    Parameters
+    ----------
+    value : object
+        The parameter as given.
+    name : str
+        Its name, used in error messages.
+    integer : bool, default=False
+        Require an integer (bools are refused); otherwise any finite real.
+    low, high : float or None
+        Bounds of the allowed range (None: unbounded on that side).
+    low_open, high_open : bool, default=False
+        Exclude the bound itself.
+    allow_none : bool, default=False
+        Accept None (returned as is).
+
+    Returns
+    -------
+    value : int, float or None
+
+    Raises
+    ------
+    TypeError
+        When ``value`` is not a number of the expected kind.
+    ValueError
+        When it is not finite or outside the range.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._params import check_number
+    >>> check_number(3, "n_heads", integer=True, low=1)
+    3
+    >>> check_number(1.5, "beta_1", low=0, high=1, high_open=True)
+    Traceback (most recent call last):
+        ...
+    ValueError: beta_1 must be a real number in [0, 1); got 1.5.
+    """
+    if low is not None and high is not None:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        expected = f"in {interval}"
+    elif low is not None:
+        expected = f"{'>' if low_open else '>='} {low}"
+    elif high is not None:
+        expected = f"{'<' if high_open else '<='} {high}"
+    else:
+        expected = ""
+    expected = f"{'an integer' if integer else 'a real number'} {expected}".strip()
+    if allow_none:
+        if value is None:
+            return None
+        expected = f"None or {expected}"
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kind):
+        raise TypeError(
+            f"{name} must be {expected}; got {value!r} of type {type(value).__name__}."
+        )
+    if isinstance(value, numbers.Integral):
+        # Python integers have no size limit (np.isfinite refuses the large
+        # ones); as a real number one must fit in float64.
+        ok = integer or abs(value) <= sys.float_info.max
+    else:
+        ok = bool(np.isfinite(value))
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        raise ValueError(f"{name} must be {expected}; got {value!r}.")
+    return int(value) if integer else float(value)
+
+
+def validate_random_state(random_state, name="random_state"):
+    """``sklearn.utils.check_random_state`` with errors that name the argument.
+
+    Parameters
+    ----------
+    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
+        None (numpy's global generator), an integer seed in [0, 2**32 - 1], a
+        RandomState, or a Generator (whose bit generator the result shares:
+        drawing advances the caller's state).
+    name : str, default="random_state"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    rng : numpy.random.RandomState
+
+    Raises
+    ------
+    TypeError
+        For anything that is not one of those types (bools included).
+    ValueError
+        For an integer outside [0, 2**32 - 1].
+
+    Examples
+    --------
+    >>> from sklearn_linattn._params import validate_random_state
+    >>> validate_random_state(0).randint(10) == validate_random_state(0).randint(10)
+    True
+    >>> validate_random_state("abc")
+    Traceback (most recent call last):
+        ...
+    TypeError: random_state must be None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator; got 'abc' of type str.
+    """
+    expected = "None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator"
+    if isinstance(random_state, np.random.Generator):
+        return np.random.RandomState(random_state.bit_generator)
+    is_int = isinstance(random_state, numbers.Integral) and not isinstance(
+        random_state, (bool, np.bool_))
+    if is_int and not 0 <= random_state < 2**32:
+        raise ValueError(f"{name} must be {expected}; got {random_state!r}.")
+    if random_state is None or is_int or isinstance(random_state, np.random.RandomState):
+        return check_random_state(random_state)
+    raise TypeError(
+        f"{name} must be {expected}; got {random_state!r} of type "
+        f"{type(random_state).__name__}."
+    )
