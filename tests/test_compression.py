@@ -338,3 +338,24 @@ def test_compressed_model_predicts_like_the_generator_at_any_length():
     expected = ref_forward(X, [100] * 10, V, Q)
     got = mhla_forward(X, V2, Q2)
     assert np.max(np.abs(got - expected)) <= 1e-9 * np.max(np.abs(expected))
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_cg_compression_is_judged_by_the_fit_it_changes(readout):
+    """Regression: with solver="cg" (no quadratic form of Lambda_D) the judge took a lower
+    bound of the explained energy, so the training risk it allowed was the whole target
+    energy: the compression stopped at a relative residual of 0.11 and its two heads were
+    off by 35 out of distribution, with no warning.  Exact products with the Gram matrix
+    now judge it like every other solver."""
+    rng = np.random.default_rng(0)
+    V, Q = rng.normal(size=(2, 1, 4)), rng.normal(size=(2, 4, 4))
+    X = rng.normal(size=(500, 10, 4))
+    y = mhla_forward(X, V, Q, readout=readout)[..., 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        model = LinearAttentionRegressor(readout, solver="cg", n_heads=2,
+                                         random_state=0).fit(X, y)
+    assert model.certificate_ and model.compression_residual_ < 1e-6
+    X_far = 2 * rng.normal(size=(5, 30, 4))
+    truth = mhla_forward(X_far, V, Q, readout=readout)[..., 0]
+    np.testing.assert_allclose(model.predict(X_far), truth, atol=1e-5 * np.abs(truth).max())

@@ -384,3 +384,26 @@ def test_null_directions_through_the_terms_fail_every_solver(kind, scale, solver
     y = rng.normal(size=len(X))
     model = LinearAttentionRegressor(solver=solver, tol=1e-10, **kwargs).fit(X, y)
     assert not model.certificate_
+
+
+@pytest.mark.parametrize("solver", ["eigh", "svd", "cg"])
+def test_terms_at_mixed_units_are_represented(solver):
+    """Regression: certify_identifiability(X * [1e80, 1e-80, 1], fit_skip=True) raised "The
+    coefficients on the data's own units cannot be represented" (the term columns' internal
+    coefficients were mapped to the data's units), while the same X without terms was
+    certified.  Nothing is mapped back before the end now: certified, and the fit is right
+    out of distribution."""
+    rng = np.random.default_rng(11)
+    d = 3
+    teacher = _teacher(rng, d, 1)
+    units = np.array([1e80, 1e-80, 1.0])
+    X = rng.normal(size=(80, 4, d))
+    assert certify_identifiability(X * units, fit_skip=True, solver=solver)
+    assert certify_identifiability(X * units, fit_skip=True, fit_intercept=True, solver=solver)
+    kwargs = dict(tol=1e-12) if solver == "cg" else {}
+    model = LinearAttentionRegressor(solver=solver, fit_intercept=True, fit_skip=True,
+                                     **kwargs).fit(X * units, _apply(X, teacher, "last"))
+    X_far = 3.0 * rng.normal(size=(5, 20, d))
+    truth = _apply(X_far, teacher, "last")
+    np.testing.assert_allclose(model.predict(X_far * units), truth,
+                               atol=1e-6 * np.abs(truth).max())
