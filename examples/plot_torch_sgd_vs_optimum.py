@@ -33,6 +33,9 @@ import torch
 from sklearn_linattn import LinearAttentionRegressor, compare_to_optimum, mhla_forward
 from sklearn_linattn.nn import MultiHeadLinearAttention, from_torch
 
+# The tensors are tiny (batches of 64 sequences of 16 tokens of 4 coordinates): splitting each
+# small product across threads costs more than it saves, so PyTorch runs on one thread here.
+torch.set_num_threads(1)
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
 d, T, n_train, n_val = 4, 16, 256, 256
