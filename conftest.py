@@ -1,13 +1,18 @@
 """Collection rules for optional dependencies: what needs PyTorch is skipped without it.
 
-``sklearn_linattn/nn.py`` and ``_torch_reader.py`` import torch at import time, so without torch its
-doctests (and the user guide's PyTorch page) are not collected at all, even
-when named on the command line.  ``tests/test_torch.py`` skips itself with
-``pytest.importorskip``.
+The ``test`` extra leaves PyTorch out (install the ``torch`` extra as well to run these).
+``sklearn_linattn/nn.py`` and ``_torch_reader.py`` import torch at import time, and the
+examples of the user guide's PyTorch page (``doc/torch.rst``) use it: without torch each of
+these files is reported as one skipped collector instead of being imported or run, whether
+the run collects it from its folder or names it on the command line (pytest collects files
+named there even when ``pytest_ignore_collect`` says to ignore them, so the rule is on the
+collectors).  Test modules that need torch skip themselves with ``pytest.importorskip``.
 """
 
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 try:
     _HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -19,8 +24,17 @@ _NEEDS_TORCH = {_HERE / "sklearn_linattn" / "nn.py", _HERE / "sklearn_linattn" /
                 _HERE / "doc" / "torch.rst"}
 
 
-def pytest_ignore_collect(collection_path, config):
-    """Without torch, leave out the files whose examples need it (None: pytest decides)."""
-    if not _HAS_TORCH and Path(collection_path).resolve() in _NEEDS_TORCH:
-        return True
-    return None
+class _NeedsTorch(pytest.File):
+    """Stands for a file whose examples need PyTorch: collecting it skips."""
+
+    def collect(self):
+        pytest.skip(f"{self.path.name} needs PyTorch, which is not installed "
+                    '(pip install -e ".[test,torch]")')
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path, parent):
+    """Without torch, one skipping collector in place of those of the files that need it."""
+    outcome = yield
+    if not _HAS_TORCH and outcome.get_result() and Path(file_path).resolve() in _NEEDS_TORCH:
+        outcome.force_result([_NeedsTorch.from_parent(parent, path=Path(file_path))])

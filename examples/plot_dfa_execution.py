@@ -37,7 +37,7 @@ positions = np.arange(start - 1, X_test.shape[1])
 is_transition = (positions + 1 - start) % 3 == 2
 truth = y_test.argmax(axis=2)
 
-sizes = [25, 50, 100, 200, 400, 800, 1600]
+sizes = [25, 100, 400, 1600]
 acc_copy, acc_transition, tokens = [], [], []
 for n in sizes:
     model = LinearAttentionRegressor(readout="all").fit(X_train[:n], y_train[:n])

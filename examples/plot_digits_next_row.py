@@ -56,17 +56,19 @@ def held_out_errors(pred, y_true=y_test):
 # %%
 # (a) The attention layer, exactly
 # --------------------------------
-# One least-squares solve per fit, so a small grid over the ridge penalty is cheap.
+# One least-squares solve per fit, so a small grid over the ridge penalty is cheap. The penalty
+# acts on the coefficients of standardized tokens, so its scale does not depend on the data's
+# units; the grid brackets the value that 2-fold cross-validation prefers.
 # :func:`~sklearn_linattn.metrics.sequence_scorer` scores the positions of each sequence as
 # samples, which scikit-learn's string scorers cannot do for 3-D targets.
 search = GridSearchCV(
     LinearAttentionRegressor(readout="all"),
-    {"alpha": [0.0, 1e-2, 1e-1, 1.0, 10.0]},
+    {"alpha": [1e-4, 1e-3, 1e-2]},
     scoring=sequence_scorer("neg_mean_squared_error"),
-    cv=3,
+    cv=2,
 ).fit(X_train, y_train)
 attention = search.best_estimator_
-print(f"alpha chosen by 3-fold CV: {search.best_params_['alpha']:g}")
+print(f"alpha chosen by 2-fold CV: {search.best_params_['alpha']:g}")
 predictions["(a) attention"] = attention.predict(X_test)
 exact = LinearAttentionRegressor(readout="all").fit(X_train, y_train)  # alpha = 0
 predictions["(a) attention, alpha=0"] = exact.predict(X_test)
@@ -154,15 +156,16 @@ predictions["(d) mean training image"] = np.broadcast_to(mean_image, y_test.shap
 # ``fit_intercept=True`` adds a constant per pixel and ``fit_skip=True`` a linear map of the
 # current row, both fitted jointly with the attention coefficients (exactly: the same least
 # squares, 297 coefficients per pixel instead of 288). The certificate is then about the whole
-# linear class.
+# linear class. Cross-validation now prefers a much larger penalty: the two terms carry most of
+# the signal, and the attention coefficients are shrunk.
 terms_search = GridSearchCV(
     LinearAttentionRegressor(readout="all", fit_intercept=True, fit_skip=True),
-    {"alpha": [0.0, 1e-2, 1e-1, 1.0, 10.0]},
+    {"alpha": [1e-2, 1.0, 100.0]},
     scoring=sequence_scorer("neg_mean_squared_error"),
-    cv=3,
+    cv=2,
 ).fit(X_train, y_train)
 residual = terms_search.best_estimator_
-print(f"alpha chosen by 3-fold CV: {terms_search.best_params_['alpha']:g}")
+print(f"alpha chosen by 2-fold CV: {terms_search.best_params_['alpha']:g}")
 predictions["(e) attention + intercept + skip"] = residual.predict(X_test)
 print(residual.certificate_.summary())
 print(f"covered test images: {residual.certificate_.covers(X_test).mean():.1%}")
@@ -187,10 +190,12 @@ plt.show()
 # solution is the best any one-layer linear attention can do on these images. Its output is a
 # homogeneous cubic function of the rows, with no constant term (so it cannot predict the average
 # digit's next row when the current row is empty) and no linear term (so it cannot simply pass
-# the current row on, which the lagged Ridge does). Adam, in the same class, does worse than the
-# optimum it is chasing. Give the layer those two terms, as a transformer block's residual path
-# does, and it beats Ridge on lags: the cubic attention features then add to a linear baseline
-# instead of having to replace it.
+# the current row on, which the lagged Ridge does). Adam, in the same class, stays above the
+# optimum's training risk, and on held-out images it is behind the trivial baselines too. Give
+# the layer those two terms, as a transformer block's residual path does, and it moves ahead of
+# every model but Ridge on lags, and close to it (Ridge also sees the previous row, which the
+# skip term does not): the cubic attention features then add to a linear baseline instead of
+# having to replace it.
 #
 # True and predicted rows
 # -----------------------

@@ -82,7 +82,7 @@ test_histories = executor.histories(T_test, W_test)
 n_prompt = test_histories.shape[1] - 2 * L
 X_test, _, groups_test = next_token_dataset(test_histories, start=n_prompt)
 
-sizes = [10, 20, 40, 80, 160]
+sizes = [10, 40, 80, 160]
 tokens, accuracy, coverage = [], [], []
 for n_train in sizes:
     traces = executor.histories(T_pool[:n_train], W_pool[:n_train])

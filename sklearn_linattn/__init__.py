@@ -6,6 +6,7 @@ global optimum; the solution converts back into attention heads.
 """
 
 from ._certificate import IdentifiabilityCertificate, Witness, certify_identifiability
+from ._certificate import paper_min_eigenvalue
 from ._features import attention_kernel
 from ._repair import RepairResult, repair_certificate
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
@@ -58,6 +59,7 @@ __all__ = [
     "mhla_generate",
     "mhla_loss_gradient",
     "paper_from_heads",
+    "paper_min_eigenvalue",
     "projections_from_heads",
     "repair_certificate",
     "same_function",

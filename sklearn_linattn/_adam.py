@@ -14,7 +14,9 @@ y_hat = sum_h V_h S Q_h x and residual r = y_hat - y):
     d ||r||^2 / d Q_h = 2 S^T V_h^T r x^T
 
 The loss is the mean over real outputs (positions times output coordinates)
-of the squared error, so both gradients are averaged the same way.
+of the squared error, so both gradients are averaged the same way; with
+sample weights it is the weighted mean, every output of a sequence weighted
+by the sequence's weight.
 
 The paper's research code trains other parameters for the same function:
 ``y_hat = c sum_h P_h S Q_h x`` with ``c = 1 / (m sqrt(d))`` for m heads
@@ -34,10 +36,12 @@ from sklearn.utils import check_random_state
 
 from ._attention import attention_coefficients, mhla_forward
 from ._memory import iter_sample_chunks, real_tokens
+from ._units import max_exponent
 from ._validation import (
     check_data_format,
     check_heads,
     check_readout,
+    check_sample_weight,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -82,7 +86,7 @@ def _position_moments(X, Y, lengths, readout):
     return S[real], X[real], Y[real]
 
 
-def _sse_gradients(V, Q, S, x, y):
+def _sse_gradients(V, Q, S, x, y, w=None):
     """Sum of squared errors over positions and its gradients in V and Q.
 
     Parameters
@@ -91,10 +95,13 @@ def _sse_gradients(V, Q, S, x, y):
     Q : ndarray of shape (n_heads, d, d)
     S, x, y : ndarrays of shapes (m, d, d), (m, d), (m, d_out)
         As returned by :func:`_position_moments`.
+    w : ndarray of shape (m,) or None, default=None
+        Weight of each position; None weighs every position 1.
 
     Returns
     -------
     sse : float
+        ``sum_i w_i ||r_i||**2``.
     grad_V : ndarray of shape (n_heads, d_out, d)
     grad_Q : ndarray of shape (n_heads, d, d)
     """
@@ -106,7 +113,9 @@ def _sse_gradients(V, Q, S, x, y):
     ctx = np.matmul(q, S.transpose(0, 2, 1)).reshape(m, n_heads * d)
     V_mat = V.transpose(0, 2, 1).reshape(n_heads * d, d_out)  # [(h, j), a]
     r = ctx @ V_mat - y
-    sse = float(np.einsum("ia,ia->", r, r))
+    wr = r if w is None else w[:, None] * r
+    sse = float(np.einsum("ia,ia->", wr, r))
+    r = wr  # the gradients of sum_i w_i ||r_i||**2 are those of the plain sum with w_i r_i
     # dV_h[a, j] = 2 sum_i r_i[a] ctx[i, h, j]
     grad_V = 2.0 * (r.T @ ctx).reshape(d_out, n_heads, d).transpose(1, 0, 2)
     # g[i, h] = V_h^T r_i, u[i, h] = S_i^T V_h^T r_i, dQ_h = 2 sum_i u[i, h] x_i^T
@@ -122,15 +131,26 @@ def _values_per_sample(n_tokens, d, d_out, n_heads, readout):
     return n_tokens * d + positions * (3 * d * d + 4 * n_heads * d + 2 * d_out)
 
 
-def _loss_gradient(X, Y, lengths, V, Q, readout):
+def _position_weights(w, lengths, readout):
+    """The weight of each real output position: its sequence's weight."""
+    if readout == "last":
+        return w
+    return np.repeat(w, lengths)  # positions in sample-major order, as _position_moments
+
+
+def _loss_gradient(X, Y, lengths, V, Q, readout, w=None):
     """Mean squared error over real outputs and its gradients (chunked).
+
+    With sequence weights ``w`` the mean is weighted: every output of
+    sequence i counts ``w[i]`` times.
 
     Returns
     -------
     loss : float
     grad_V, grad_Q : ndarrays
-    n_outputs : int
-        Number of real outputs the loss averages over.
+    n_outputs : int or float
+        Number of real outputs the loss averages over (their total weight
+        with ``w``).
     """
     n_samples, n_tokens, d = X.shape
     n_heads, d_out, _ = V.shape
@@ -138,11 +158,16 @@ def _loss_gradient(X, Y, lengths, V, Q, readout):
     per_sample = _values_per_sample(n_tokens, d, d_out, n_heads, readout)
     for sl in iter_sample_chunks(n_samples, per_sample):
         S, x, y = _position_moments(X[sl], Y[sl], lengths[sl], readout)
-        s, gV, gQ = _sse_gradients(V, Q, S, x, y)
+        if w is None:
+            s, gV, gQ = _sse_gradients(V, Q, S, x, y)
+            n_positions += x.shape[0]
+        else:
+            w_pos = _position_weights(w[sl], lengths[sl], readout)
+            s, gV, gQ = _sse_gradients(V, Q, S, x, y, w_pos)
+            n_positions += float(w_pos.sum())
         sse += s
         grad_V += gV
         grad_Q += gQ
-        n_positions += x.shape[0]
     n_outputs = n_positions * d_out
     return sse / n_outputs, grad_V / n_outputs, grad_Q / n_outputs, n_outputs
 
@@ -152,16 +177,17 @@ def _value_factor(parametrization, n_heads, d):
     return 1.0 if parametrization == "sum" else 1.0 / (n_heads * math.sqrt(d))
 
 
-def _trained_loss_gradient(X, Y, lengths, A, Q, readout, factor):
+def _trained_loss_gradient(X, Y, lengths, A, Q, readout, factor, w=None):
     """Loss and gradients in the trained parameters ``(A, Q)``, with ``V = factor * A``.
 
     Returns
     -------
     loss : float
     grad_A, grad_Q : ndarrays
-    n_outputs : int
+    n_outputs : int or float
     """
-    loss, grad_V, grad_Q, n_outputs = _loss_gradient(X, Y, lengths, factor * A, Q, readout)
+    loss, grad_V, grad_Q, n_outputs = _loss_gradient(X, Y, lengths, factor * A, Q, readout,
+                                                     w)
     return loss, factor * grad_V, grad_Q, n_outputs
 
 
@@ -296,14 +322,18 @@ def learning_rate_schedule(step, n_steps, learning_rate, warmup_fraction):
     return float(rate) if rate.ndim == 0 else rate
 
 
-def _relative_mse(X, lengths, Y, V, Q, readout):
-    """MSE / mean(y**2) over the real outputs (plain MSE if every y is 0)."""
+def _relative_mse(X, lengths, Y, V, Q, readout, w=None):
+    """MSE / mean(y**2) over the real outputs (plain MSE if every y is 0), weighted by ``w``."""
     pred = mhla_forward(X, V, Q, lengths, readout=readout)
     if readout == "all":
         real = real_tokens(lengths, X.shape[1])
         pred, Y = pred[real], Y[real]
-    mse = float(np.mean((pred - Y) ** 2))
-    scale = float(np.mean(Y**2))
+    if w is None:
+        mse, scale = float(np.mean((pred - Y) ** 2)), float(np.mean(Y**2))
+    else:
+        w_pos = _position_weights(w, lengths, readout)
+        mse = float(np.average(np.mean((pred - Y) ** 2, axis=1), weights=w_pos))
+        scale = float(np.average(np.mean(Y**2, axis=1), weights=w_pos))
     return mse / scale if scale > 0 else mse
 
 
@@ -409,10 +439,11 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         functions.
     loss_curve_ : list of float
         Mean training loss of each epoch (minibatch losses averaged over the
-        real outputs they cover, with the parameters of each step).
+        real outputs they cover, with the parameters of each step; weighted
+        means with ``sample_weight``).
     validation_curve_ : list of float or None
-        Relative MSE on the validation split at the end of each epoch; None
-        when ``validation_fraction == 0``.
+        Relative MSE (weighted with ``sample_weight``) on the validation
+        split at the end of each epoch; None when ``validation_fraction == 0``.
     elapsed_ : list of float
         Wall-clock seconds since the start of ``fit`` at the end of each epoch
         (including the per-epoch evaluation).
@@ -567,7 +598,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         perm = rng.permutation(n_samples)
         return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Train the heads by minibatch Adam.
 
         Parameters
@@ -578,6 +609,18 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
             ``readout="all"``: shape (n_samples, n_tokens) or
             (n_samples, n_tokens, d_out), NaN at padded positions.
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Non-negative weight of each sequence, as in
+            :meth:`LinearAttentionRegressor.fit
+            <sklearn_linattn.LinearAttentionRegressor.fit>`: the loss (and
+            the validation error) is the weighted mean over the real outputs,
+            every output of a sequence weighted by the sequence's weight.
+            Sequences of weight 0 are dropped before anything is drawn, so
+            the fit is exactly the one without them; a weight of 2 counts a
+            sequence twice, which is exactly training on it twice with
+            full-batch steps (``batch_size`` at least the number of
+            sequences; minibatches then differ in which sequences they
+            group).
 
         Returns
         -------
@@ -603,6 +646,17 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Y, single = check_targets(y, lengths, X.shape[1], readout=self.readout,
                                   data_format=self.data_format)
         X = np.asarray(X, dtype=np.float64)
+        w = check_sample_weight(sample_weight, X.shape[0])
+        if w is not None:
+            keep = w > 0
+            if not keep.any():
+                raise ValueError(
+                    "sample_weight must be positive for at least one sequence; got all "
+                    "zeros: there is nothing to fit."
+                )
+            X, Y, lengths, w = X[keep], Y[keep], lengths[keep], w[keep]
+            # Relative weights: an exact power of two keeps w * residual**2 finite.
+            w = np.ldexp(w, -int(max_exponent(w)))
         readout = self.readout
         n_samples, _, d = X.shape
         d_out = Y.shape[-1]
@@ -618,6 +672,8 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Q = scale * rng.standard_normal((n_heads, d, d))
         train, val = self._split(n_samples, rng)
         X_tr, Y_tr, len_tr = X[train], Y[train], lengths[train]
+        w_tr = None if w is None else w[train]
+        w_val = None if w is None or val is None else w[val]
         n_train = len(train)
         batch_size = min(int(self.batch_size), n_train)
         steps_per_epoch = math.ceil(n_train / batch_size)
@@ -642,7 +698,8 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             for b in range(steps_per_epoch):
                 idx = order[b * batch_size : (b + 1) * batch_size]
                 loss, g_A, g_Q, n_out = _trained_loss_gradient(
-                    X_tr[idx], Y_tr[idx], len_tr[idx], A, Q, readout, factor
+                    X_tr[idx], Y_tr[idx], len_tr[idx], A, Q, readout, factor,
+                    None if w_tr is None else w_tr[idx],
                 )
                 if not np.isfinite(loss):
                     raise ValueError(
@@ -672,12 +729,12 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             monitored = None
             if val is not None:
                 monitored = _relative_mse(
-                    X[val], lengths[val], Y[val], factor * A, Q, readout
+                    X[val], lengths[val], Y[val], factor * A, Q, readout, w_val
                 )
                 self.validation_curve_.append(monitored)
                 message += f", relative validation MSE {monitored:.3e}"
             elif self.tol is not None:
-                monitored = _relative_mse(X_tr, len_tr, Y_tr, factor * A, Q, readout)
+                monitored = _relative_mse(X_tr, len_tr, Y_tr, factor * A, Q, readout, w_tr)
                 message += f", relative training MSE {monitored:.3e}"
             self.elapsed_.append(time.perf_counter() - start)
             if self.verbose:

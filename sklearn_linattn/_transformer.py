@@ -5,10 +5,11 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import sequence_tags
-from ._features import attention_features, feature_names, n_attention_features
+from ._features import attention_features, feature_names, n_attention_features, row_factors
+from ._memory import real_tokens
 from ._terms import LinearTerms
 from ._training import check_layout
-from ._validation import check_data_format, check_sequences
+from ._validation import check_data_format, check_readout, check_sequences
 
 __all__ = ["LinearAttentionFeatures"]
 
@@ -28,6 +29,18 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Token dimension for 2-D input: each row of a 2-D X is read as
         ``n_columns // token_dim`` tokens.  None reads 2-D X as univariate
         sequences (d = 1).
+    readout : {"last", "all"}, default="last"
+        ``"last"``: one row per sequence, the features of the whole sequence
+        (the output at its last token).  ``"all"``: one row per real
+        (non-padded) position, the features of the prefix ending there
+        (``S`` summed up to that position, ``x_last`` its token): the rows
+        of ``LinearAttentionRegressor(readout="all")``, sequence by
+        sequence and position by position, padded positions skipped.  A
+        regressor after it in a Pipeline then takes per-position targets
+        in the same order: ``y[real]`` for targets ``y`` of shape
+        (n_samples, n_tokens[, d_out]) and ``real = ~np.isnan(X).all(axis=2)``
+        (Examples); scikit-learn's cross-validation, which splits X and y
+        alike, needs the regressor instead.
     data_format : {"channels_last", "channels_first"}, default="channels_last"
         Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d) with tokens
         along axis 1 (tslearn's, the package's own); ``"channels_first"`` is
@@ -63,11 +76,32 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     (5, 6)
     >>> list(feats.get_feature_names_out()[:2])
     ['S[x0,x0]*last[x0]', 'S[x0,x0]*last[x1]']
+
+    With ``readout="all"``, before a plain regressor on per-position targets
+    (here of a causal two-head layer, on sequences of 3 to 5 tokens):
+
+    >>> from sklearn.linear_model import LinearRegression
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn_linattn import mhla_forward
+    >>> rng = np.random.default_rng(0)
+    >>> V, Q = rng.normal(size=(2, 1, 2)), rng.normal(size=(2, 2, 2))
+    >>> X = rng.normal(size=(40, 5, 2))
+    >>> X[::2, 3:] = np.nan                              # padding
+    >>> y = mhla_forward(X, V, Q, readout="all")[..., 0]  # (40, 5), NaN at padding
+    >>> real = ~np.isnan(X).all(axis=2)                  # the real positions
+    >>> pipe = make_pipeline(LinearAttentionFeatures(readout="all"),
+    ...                      LinearRegression(fit_intercept=False)).fit(X, y[real])
+    >>> pred = pipe.predict(X)                           # one per real position
+    >>> pred.shape, bool(np.allclose(pred, y[real]))
+    ((160,), True)
+    >>> y_hat = np.full(y.shape, np.nan)                 # back to (n_samples, n_tokens)
+    >>> y_hat[real] = pred
     """
 
-    def __init__(self, token_dim=None, *, data_format="channels_last", include_bias=False,
-                 include_skip=False):
+    def __init__(self, token_dim=None, *, readout="last", data_format="channels_last",
+                 include_bias=False, include_skip=False):
         self.token_dim = token_dim
+        self.readout = readout
         self.data_format = data_format
         self.include_bias = include_bias
         self.include_skip = include_skip
@@ -103,9 +137,12 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         >>> feats.n_features_in_, feats.n_features_out_  # d and d**2 (d + 1) / 2
         (3, 18)
         """
-        X, _ = check_sequences(X, **self._layout())
-        # transform's output is the n_samples x psi feature matrix.
-        check_layout(X.shape, solve=False, **self._layout())
+        check_readout(self.readout)
+        X, lengths = check_sequences(X, **self._layout())
+        # transform's output is the n_rows x psi feature matrix.
+        n_rows = X.shape[0] if self.readout == "last" else int(lengths.sum())
+        check_layout(X.shape, readout=self.readout, n_rows=n_rows, solve=False,
+                     **self._layout())
         self.n_features_in_ = X.shape[2]
         self.n_features_out_ = n_attention_features(X.shape[2]) + self._terms(X.shape[2]).n_terms
         return self
@@ -121,11 +158,15 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
 
         Returns
         -------
-        H : ndarray of shape (n_samples, n_output_features), float64
-            The features ``S[j, k] * x_last[l]`` (j <= k) of each sequence,
-            after the constant and last-token columns when asked for, in the
-            order of :meth:`get_feature_names_out` (``n_features_out_``
-            columns).
+        H : ndarray of shape (n_rows, n_output_features), float64
+            The features ``S[j, k] * x_last[l]`` (j <= k), after the constant
+            and last-token columns when asked for, in the order of
+            :meth:`get_feature_names_out` (``n_features_out_`` columns).
+            ``readout="last"``: one row per sequence (``n_rows =
+            n_samples``).  ``readout="all"``: one row per real position, the
+            prefix ending there, sequence by sequence (``n_rows`` = the total
+            number of real tokens; row order that of ``X[real]`` for the
+            boolean mask ``real`` of real positions).
 
         Examples
         --------
@@ -137,13 +178,27 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         >>> LinearAttentionFeatures().fit(X).transform(X)
         array([[3., 3., 3., 3., 3., 3.],
                [5., 5., 5., 5., 5., 5.]])
+
+        With ``readout="all"``, one row per prefix (3 + 5 of them):
+
+        >>> LinearAttentionFeatures(readout="all").fit(X).transform(X)[:4, 0]
+        array([1., 2., 3., 1.])
         """
         check_is_fitted(self)
+        check_readout(self.readout)
         X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
         X = np.asarray(X, dtype=np.float64)
-        H = attention_features(X, lengths)
         terms = self._terms(X.shape[2])
-        return np.hstack([terms.columns(X, lengths, "last"), H]) if terms else H
+        if self.readout == "last":
+            H = attention_features(X, lengths)
+            return np.hstack([terms.columns(X, lengths, "last"), H]) if terms else H
+        # The regressor's rows: real positions only, in sample-major order.
+        S, x, _ = row_factors(X, lengths, "all")
+        H = (S[:, :, None] * x[:, None, :]).reshape(S.shape[0], -1)
+        if not terms:
+            return H
+        columns = terms.columns(X, lengths, "all")[real_tokens(lengths, X.shape[1])]
+        return np.hstack([columns, H])
 
     def get_feature_names_out(self, input_features=None):
         """Names ``S[xj,xk]*last[xl]`` of the output features.

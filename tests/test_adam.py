@@ -738,3 +738,120 @@ def test_input_errors_as_closed_form():
     model.fit(X, np.ones(10))
     with pytest.raises(ValueError, match="dimension d=3.*d=2"):
         model.predict(np.ones((2, 3, 3)))
+
+
+# ---------------------------------------------------------------------------
+# sample weights
+# ---------------------------------------------------------------------------
+
+
+def _weighted_loop_loss(X, Y, V, Q, lengths, readout, w):
+    """The loop loss with every output of sequence i counted w[i] times."""
+    total, count = 0.0, 0.0
+    for i in range(X.shape[0]):
+        part = _loop_loss(X[i:i + 1], Y[i:i + 1], V, Q, lengths[i:i + 1], readout)
+        outputs = V.shape[1] * (1 if readout == "last" else lengths[i])
+        total += w[i] * part * outputs
+        count += w[i] * outputs
+    return total / count
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_weighted_loss_and_gradient_match_the_loop_and_finite_differences(readout):
+    rng = np.random.default_rng(20)
+    X, lengths = _padded(rng, 7, 4, 2, min_len=2)
+    V, Q = rng.normal(size=(2, 2, 2)), rng.normal(size=(2, 2, 2))
+    Y = rng.normal(size=(7, 2) if readout == "last" else (7, 4, 2))
+    w = rng.uniform(0.2, 3.0, size=7)
+    X0 = np.nan_to_num(X)
+    loss, gV, gQ, _ = adam._loss_gradient(X0, Y, lengths, V, Q, readout, w)
+    assert loss == pytest.approx(_weighted_loop_loss(X, Y, V, Q, lengths, readout, w),
+                                 rel=1e-12)
+    h = 1e-6
+    for G, P, which in ((gV, V, 0), (gQ, Q, 1)):
+        for index in np.ndindex(P.shape):
+            Pp, Pm = P.copy(), P.copy()
+            Pp[index] += h
+            Pm[index] -= h
+            args_p = (Pp, Q) if which == 0 else (V, Pp)
+            args_m = (Pm, Q) if which == 0 else (V, Pm)
+            fd = (adam._loss_gradient(X0, Y, lengths, *args_p, readout, w)[0]
+                  - adam._loss_gradient(X0, Y, lengths, *args_m, readout, w)[0]) / (2 * h)
+            assert G[index] == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_sample_weight_two_is_a_duplicate_and_zero_a_drop(readout):
+    # Full-batch steps (batch_size above the number of sequences): weight 2
+    # and a duplicated sequence give the same gradient at every step, so the
+    # same trained heads; weight 0 and a dropped sequence are the same data.
+    rng = np.random.default_rng(21)
+    X, lengths = _padded(rng, 12, 5, 2, min_len=2)
+    y = rng.normal(size=12) if readout == "last" else np.where(
+        np.isnan(X[:, :, 0]), np.nan, rng.normal(size=(12, 5)))
+    w = np.array([2, 0, 1, 1, 2, 0, 1, 3, 1, 1, 2, 1])
+    params = dict(n_heads=2, readout=readout, batch_size=64, max_epochs=30,
+                  learning_rate=0.05, random_state=0)
+    weighted = AdamLinearAttentionRegressor(**params).fit(X, y, sample_weight=w)
+    repeated = AdamLinearAttentionRegressor(**params).fit(np.repeat(X, w, axis=0),
+                                                          np.repeat(y, w, axis=0))
+    np.testing.assert_allclose(weighted.value_matrices_, repeated.value_matrices_,
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(weighted.key_query_matrices_, repeated.key_query_matrices_,
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(weighted.loss_curve_, repeated.loss_curve_, rtol=1e-9)
+    # The training has moved the heads: the comparison is not between two starts.
+    start = AdamLinearAttentionRegressor(**dict(params, max_epochs=1, learning_rate=1e-12))
+    start.fit(X, y)
+    assert not np.allclose(weighted.key_query_matrices_, start.key_query_matrices_, atol=1e-3)
+    # Weights are relative: scaling them all changes nothing.
+    scaled = AdamLinearAttentionRegressor(**params).fit(X, y, sample_weight=w * 1e300)
+    np.testing.assert_allclose(scaled.value_matrices_, weighted.value_matrices_, rtol=1e-9,
+                               atol=1e-12)
+
+
+def test_zero_weights_are_dropped_before_any_draw():
+    # With minibatches and a validation split, weight 0 is still exactly the
+    # sequence removed: it is dropped before the split and the shuffles draw.
+    rng = np.random.default_rng(22)
+    X, lengths = _padded(rng, 40, 5, 2, min_len=2)
+    y = rng.normal(size=40)
+    w = np.ones(40)
+    w[[3, 17, 30]] = 0.0
+    params = dict(n_heads=2, batch_size=8, max_epochs=4, validation_fraction=0.2,
+                  random_state=0)
+    a = AdamLinearAttentionRegressor(**params).fit(X, y, sample_weight=w)
+    b = AdamLinearAttentionRegressor(**params).fit(X[w > 0], y[w > 0])
+    np.testing.assert_array_equal(a.value_matrices_, b.value_matrices_)
+    np.testing.assert_array_equal(a.key_query_matrices_, b.key_query_matrices_)
+    assert a.validation_curve_ == b.validation_curve_
+
+
+def test_weighted_validation_curve_is_the_weighted_relative_mse():
+    rng = np.random.default_rng(23)
+    X = rng.normal(size=(30, 4, 2))
+    y = rng.normal(size=30)
+    w = rng.uniform(0.5, 3.0, size=30)
+    model = AdamLinearAttentionRegressor(max_epochs=2, validation_fraction=0.3,
+                                         random_state=0).fit(X, y, sample_weight=w)
+    # The split the fit drew: the same draws as without weights.
+    fit_rng = check_random_state(0)
+    fit_rng.standard_normal((1, 1, 2))
+    fit_rng.standard_normal((1, 2, 2))
+    _, val = model._split(30, fit_rng)
+    pred = model.predict(X[val])
+    expected = np.average((pred - y[val]) ** 2, weights=w[val]) / np.average(
+        y[val] ** 2, weights=w[val])
+    assert model.validation_curve_[-1] == pytest.approx(expected, rel=1e-10)
+
+
+def test_sample_weight_errors():
+    X = np.random.default_rng(24).normal(size=(10, 3, 2))
+    y = np.ones(10)
+    model = AdamLinearAttentionRegressor(max_epochs=1)
+    with pytest.raises(ValueError, match="sample_weight must be positive for at least one"):
+        model.fit(X, y, sample_weight=np.zeros(10))
+    with pytest.raises(ValueError, match=r"sample_weight must have shape \(10,\)"):
+        model.fit(X, y, sample_weight=np.ones(3))
+    with pytest.raises(ValueError, match=r"sample_weight must be non-negative"):
+        model.fit(X, y, sample_weight=-np.ones(10))

@@ -33,6 +33,7 @@ Mapping to the paper: ``X[i]`` (n_tokens x d) is the paper's ``Z_i^T``.
 
 from ._certificate import IdentifiabilityCertificate
 from ._certify import certify_identifiability
+from ._paper import paper_min_eigenvalue
 from ._rowspace import row_space_from_solution
 from ._witness import Witness
 
