@@ -97,7 +97,7 @@ class LocalCertificate:
     generic_rank : int or None, default=None
         Rank of ``J_p`` at generic heads of the same shape; None takes
         ``tangent_rank``.
-    degenerate_heads : sequence of int, default=()
+    degenerate_heads : tuple of int, default=()
         Indices of the degenerate heads.
 
     Attributes

@@ -38,4 +38,4 @@ from ._rowspace import row_space_from_solution
 from ._witness import Witness
 
 __all__ = ["IdentifiabilityCertificate", "Witness", "certify_identifiability",
-           "row_space_from_solution"]
+           "paper_min_eigenvalue", "row_space_from_solution"]
