@@ -24,7 +24,7 @@ rows are formed from them).
 import numpy as np
 
 from ._features import n_attention_features
-from ._memory import iter_sample_chunks, n_pairs, zero_padding
+from ._memory import n_pairs, zero_padding
 from ._moments import MomentPass
 from ._solvers import (
     REGISTRY,
@@ -56,21 +56,17 @@ class SequenceData:
 
     def __init__(self, X, lengths, Y=None, sample_weight=None, readout="last"):
         self.X, self.lengths, self.Y, self.sample_weight = X, lengths, Y, sample_weight
-        self.readout_rows = readout
+        self.readout = readout
 
     def solver_batches(self, defer=False):
-        """Chunks ``(X, lengths, Y, w)`` of whole sequences, zero-padded (checked already:
-        with ``defer``, ``(X, lengths, Y, w, None)``)."""
-        n_samples, n_tokens, d = self.X.shape
-        for sl in iter_sample_chunks(n_samples, 3 * n_tokens * (n_pairs(d) + d)):
-            Y = None if self.Y is None else self.Y[sl]
-            w = None if self.sample_weight is None else self.sample_weight[sl]
-            batch = (zero_padding(self.X[sl], self.lengths[sl]), self.lengths[sl], Y, w)
-            yield batch + (None,) if defer else batch
+        """The data as one batch ``(X, lengths, Y, w)``, zero-padded (checked already: with
+        ``defer``, ``(X, lengths, Y, w, None)``); the pass reads it in chunks of its own."""
+        batch = (zero_padding(self.X, self.lengths), self.lengths, self.Y, self.sample_weight)
+        yield batch + (None,) if defer else batch
 
     def n_rows_bound(self, n_tokens=None):
         """Number of feature rows of positive weight."""
-        return count_rows(self.lengths, self.readout_rows, self.sample_weight)
+        return count_rows(self.lengths, self.readout, self.sample_weight)
 
     def arrays(self, copy=False):
         """The whole data (padded positions ignored by length)."""
