@@ -174,6 +174,27 @@ def test_chunked_fit_equals_whole_fit(small_chunks, solver, readout):
     assert chunked.certificate_.dtype == np.float32
 
 
+@pytest.mark.parametrize("route", ["map", "second pass"])
+@pytest.mark.parametrize("drift", [1.0, 1e3])
+def test_statistics_of_many_chunks_equal_those_of_all_the_data(small_chunks, monkeypatch,
+                                                               route, drift):
+    """Statistics accumulated in the first chunk's coordinates and mapped into those of all the
+    data, or accumulated again in a second pass (large psi, or a first chunk unlike the rest:
+    here its second coordinate 1000 times larger), give the fit on all the data at once."""
+    from sklearn_linattn import _problem
+
+    if route == "second pass":
+        monkeypatch.setattr(_problem, "_map_is_cheaper", lambda data, shape: False)
+    rng = np.random.default_rng(9)
+    X, lengths, y = _data(rng, 1500, 12, 3)
+    X[:300, :, 1] *= drift  # the first chunks' second coordinate
+    assert X.size > training_module._VALIDATION_CHUNK
+    chunked = LinearAttentionRegressor(solver="eigh").fit(X, y)
+    whole = LinearAttentionRegressor(solver="eigh").fit([X[i, : lengths[i]] for i in
+                                                         range(len(X))], y)
+    _same_model(chunked, whole, rtol=1e-8)
+
+
 def test_chunk_errors_name_the_chunk(small_chunks):
     rng = np.random.default_rng(6)
     X = rng.normal(size=(3000, 8, 2))
