@@ -577,6 +577,10 @@ def _compute(result, timeout):
     except BaseException:
         future.cancel()
         raise
+    finally:
+        # A poll's TimeoutError traceback can hold this future in a reference
+        # cycle; release the client's reference now, not when the collector runs.
+        future.release()
 
 
 def dask_sufficient_statistics(

@@ -571,12 +571,11 @@ def test_a_timeout_ends_a_computation_that_cannot_finish(client):
     _wait_until(lambda: client.run_on_scheduler(forgotten), "the scheduler to forget the task")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: _compute keeps the future of a computation that outlasted one poll alive in a "
-    "reference cycle (through the poll's TimeoutError traceback), so its result stays on the "
-    "workers, and its key on the scheduler, until the garbage collector runs"))
 def test_a_computation_slower_than_a_poll_leaves_no_future_behind(client, monkeypatch):
     """The result's key is released when ``_compute`` returns, not by the garbage collector.
+
+    Regression: a poll's TimeoutError traceback held the future in a reference
+    cycle, so its result stayed on the workers until the collector ran.
 
     The task waits for an event that is set only when ``_compute`` asks the
     scheduler for its workers, which it does after a poll timed out: at least
