@@ -6,12 +6,14 @@ token's position to the token gives the layer the order back, and the model
 stays linear in its cubic features (learned exactly, certified).
 """
 
+import math
+
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ._base import sequence_tags
-from ._memory import real_tokens
+from ._memory import real_tokens, resolve_budget
 from ._params import check_number
 from ._validation import check_data_format, check_sequences
 
@@ -194,6 +196,23 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
                 "position channels."
             )
 
+    def _check_memory(self, shape, dtype):
+        """Refuse, before allocating it, an output larger than the memory budget."""
+        budget = resolve_budget(None)
+        n_bytes = math.prod(shape) * np.dtype(dtype).itemsize
+        # Beside the output: the positions' angles or comparisons while they are written.
+        if 2 * n_bytes > budget:
+            fewer = (" or fewer positions (n_positions with handle_unknown='ignore'; with "
+                     "origin='end' the most recent tokens keep theirs)"
+                     if self.kind == "onehot" else "")
+            raise ValueError(
+                f"The encoded X, of shape {shape}, needs {n_bytes / 2**30:.3g} GiB of "
+                f"{np.dtype(dtype).name} and up to as much again while it is built, more "
+                f"than the memory budget of {budget / 2**30:.3g} GiB (half the physical "
+                "memory). "
+                f"Encode fewer sequences at a time{fewer}."
+            )
+
     def fit(self, X, y=None):
         """Learn the token dimension and, for one-hot positions, the number of positions.
 
@@ -231,7 +250,18 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         self._check_lengths(lengths, n_positions)
         self.n_features_in_ = X.shape[2]
         self.n_positions_ = n_positions
+        self._fitted_for = (self.kind, self.n_positions)
         return self
+
+    def _check_fitted_for(self):
+        """The parameters ``n_positions_`` was set for are the current ones."""
+        fitted_for = self._fitted_for
+        if fitted_for != (self.kind, self.n_positions):
+            raise ValueError(
+                f"kind={self.kind!r} and n_positions={self.n_positions!r} were changed since "
+                f"fit, which set n_positions_={self.n_positions_} for kind={fitted_for[0]!r} "
+                f"and n_positions={fitted_for[1]!r}; call fit again."
+            )
 
     def transform(self, X):
         """Each token followed by the code of its position; padding stays NaN.
@@ -251,17 +281,18 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
             ``data_format="channels_first"``: the encoded sequences are new
             tokens for the package's estimators, as the feature rows of
             :class:`~sklearn_linattn.LinearAttentionFeatures` are, and a list
-            of sequences comes back padded.  ``X_out[i, t, :d]`` is the token
-            ``X[i, t]``; the last ``n_positions_`` channels hold its
-            position's code at real tokens and NaN at padded ones.  A list
-            is padded to its longest sequence.  Floating input keeps its
-            dtype (float64, float32, float16); other numbers become float64.
+            of sequences comes back padded to its longest sequence.
+            ``X_out[i, t, :d]`` is the token ``X[i, t]``; the last
+            ``n_positions_`` channels hold its position's code at real
+            tokens and NaN at padded ones.  Floating input keeps its dtype
+            (float64, float32, float16); other numbers become float64.
 
         Raises
         ------
         ValueError
             With ``kind="onehot"`` and ``handle_unknown="error"``, for a
-            sequence longer than ``n_positions_``.
+            sequence longer than ``n_positions_``; when ``kind`` or
+            ``n_positions`` changed since ``fit``.
 
         Examples
         --------
@@ -275,22 +306,26 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         """
         check_is_fitted(self)
         self._check_params()
+        self._check_fitted_for()
         X, lengths = self._sequences(X, self.n_features_in_)
         n_samples, n_tokens, d = X.shape
         self._check_lengths(lengths, self.n_positions_)
+        self._check_memory((n_samples, n_tokens, d + self.n_positions_), X.dtype)
         real = real_tokens(lengths, n_tokens)
         t = np.arange(n_tokens)
         pos = np.broadcast_to(t, real.shape) if self.origin == "start" else (
             lengths[:, None] - 1 - t)
+        out = np.empty((n_samples, n_tokens, d + self.n_positions_), dtype=X.dtype)
+        out[..., :d] = X  # NaN padding included
         if self.kind == "onehot":
-            code = (pos[:, :, None] == np.arange(self.n_positions_)).astype(X.dtype)
+            out[..., d:] = pos[:, :, None] == np.arange(self.n_positions_)
         else:
-            w = _sinusoidal_frequencies(self.n_positions_, float(self.max_period))
-            angle = pos[:, :, None] * w
-            code = np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(
-                n_samples, n_tokens, self.n_positions_).astype(X.dtype)
-        code[~real] = np.nan
-        return np.concatenate([X, code], axis=2)
+            angle = pos[:, :, None] * _sinusoidal_frequencies(self.n_positions_,
+                                                              float(self.max_period))
+            out[..., d::2] = np.sin(angle)
+            out[..., d + 1::2] = np.cos(angle)
+        out[~real] = np.nan
+        return out
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: the token's, then ``pos0, pos1, ...``.

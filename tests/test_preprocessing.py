@@ -296,3 +296,31 @@ def test_origin_end_aligns_variable_lengths_on_recency():
     np.testing.assert_allclose(pipe.predict(X_new), y_new, rtol=0, atol=1e-7)
     encoder, model = pipe[0], pipe[-1]
     assert model.certificate_.covers(encoder.transform(X_new)).all()
+
+
+def test_an_output_beyond_the_memory_budget_is_refused_before_allocation(monkeypatch):
+    from sklearn_linattn import _memory
+
+    X = np.zeros((10, 20, 3), dtype=np.float32)
+    enc = PositionalEncoding().fit(X)
+    # 10 * 20 * 23 float32 values: 18 400 bytes, twice that while built.
+    monkeypatch.setattr(_memory, "default_memory_budget", lambda: 2 * 18_400)
+    assert enc.transform(X).nbytes == 18_400
+    monkeypatch.setattr(_memory, "default_memory_budget", lambda: 2 * 18_400 - 1)
+    with pytest.raises(ValueError, match=r"The encoded X, of shape \(10, 20, 23\), needs "
+                                         r".* GiB of float32 .* more than the memory budget.*"
+                                         r"Encode fewer sequences at a time or fewer positions"):
+        enc.transform(X)
+
+
+def test_changing_kind_or_n_positions_after_fit_asks_for_fit():
+    X = np.zeros((2, 3, 1))
+    enc = PositionalEncoding().fit(X)  # three one-hot positions
+    enc.set_params(origin="end", handle_unknown="ignore").transform(X)  # read at transform
+    with pytest.raises(ValueError, match=r"kind='sinusoidal' and n_positions=None were changed "
+                                         r"since fit, which set n_positions_=3 for "
+                                         r"kind='onehot'.*call fit again"):
+        enc.set_params(kind="sinusoidal").transform(X)
+    with pytest.raises(ValueError, match="call fit again"):
+        enc.set_params(kind="onehot", n_positions=5).transform(X)
+    assert enc.fit(X).transform(X).shape == (2, 3, 6)
