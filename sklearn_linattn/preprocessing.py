@@ -90,7 +90,7 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d),
         ``"channels_first"`` is (n_samples, d, n_tokens) as aeon and sktime
         store series.  The output is in the package's layout,
-        (n_samples, n_tokens, d + n_positions_), either way (see
+        (n_samples, n_tokens, d + ``n_positions_``), either way (see
         :meth:`transform`).
 
     Attributes
@@ -275,7 +275,7 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
 
         Returns
         -------
-        X_out : ndarray of shape (n_samples, n_tokens, d + n_positions_)
+        X_out : ndarray of shape (n_samples, n_tokens, n_channels)
             Always in the package's layout (tokens along axis 1, what the
             next estimator reads by default), also for
             ``data_format="channels_first"``: the encoded sequences are new
@@ -283,8 +283,8 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
             :class:`~sklearn_linattn.LinearAttentionFeatures` are, and a list
             of sequences comes back padded to its longest sequence.
             ``X_out[i, t, :d]`` is the token ``X[i, t]``; the last
-            ``n_positions_`` channels hold its position's code at real
-            tokens and NaN at padded ones.  Floating input keeps its dtype
+            ``n_positions_`` channels (``n_channels = d + n_positions_``)
+            hold its position's code at real tokens and NaN at padded ones.  Floating input keeps its dtype
             (float64, float32, float16); other numbers become float64.
 
         Raises
@@ -339,8 +339,9 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
 
         Returns
         -------
-        names : ndarray of str objects, shape (d + n_positions_,)
-            One name per channel (last axis) of :meth:`transform`'s output.
+        names : ndarray of str objects, shape (n_channels,)
+            One name per channel (last axis) of :meth:`transform`'s output,
+            ``n_channels = d + n_positions_``.
             For ``kind="sinusoidal"``, ``pos{2k}`` and ``pos{2k+1}`` are the
             sine and cosine of frequency k.
 

@@ -324,3 +324,17 @@ def test_changing_kind_or_n_positions_after_fit_asks_for_fit():
     with pytest.raises(ValueError, match="call fit again"):
         enc.set_params(kind="onehot", n_positions=5).transform(X)
     assert enc.fit(X).transform(X).shape == (2, 3, 6)
+
+
+@pytest.mark.parametrize("params", [{"n_positions": 7}, {"handle_unknown": "ignore"}])
+def test_positions_never_seen_in_training_are_not_covered(params):
+    # Encoded inputs up to the longest training length are covered; a sixth
+    # position (encoded but never seen, or left without a code) is not.
+    rng = np.random.default_rng(8)
+    lengths = rng.integers(3, 6, size=150)
+    X = _padded(rng, lengths, 2)
+    enc = PositionalEncoding(**params).fit(X)
+    model = LinearAttentionRegressor().fit(enc.transform(X), X[np.arange(150), lengths - 2, 0])
+    X_new = _padded(rng, [5, 3, 6, 6], 2)
+    np.testing.assert_array_equal(model.certificate_.covers(enc.transform(X_new)),
+                                  [True, True, False, False])
