@@ -46,6 +46,7 @@ numpydoc_xref_aliases = {
         "OptimalityReport",
     )},
     "MultiHeadLinearAttention": "sklearn_linattn.nn.MultiHeadLinearAttention",
+    "PositionalEncoding": "sklearn_linattn.preprocessing.PositionalEncoding",
     **{name: f"sklearn_linattn.programs.{name}" for name in (
         "Program", "CompiledProgram", "DFAExecutor", "TuringMachineSimulator",
     )},

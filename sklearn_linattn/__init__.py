@@ -27,6 +27,7 @@ from ._adam import AdamLinearAttentionRegressor, learning_rate_schedule, mhla_lo
 from . import datasets
 from . import design
 from . import metrics
+from . import preprocessing
 
 __version__ = "0.1.0.dev0"
 
@@ -60,6 +61,7 @@ __all__ = [
     "mhla_loss_gradient",
     "paper_from_heads",
     "paper_min_eigenvalue",
+    "preprocessing",
     "projections_from_heads",
     "repair_certificate",
     "same_function",

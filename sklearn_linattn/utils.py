@@ -9,6 +9,7 @@ this package fails on purpose, each with its reason, in the form
 from ._adam import AdamLinearAttentionRegressor
 from ._estimators import LinearAttentionRegressor
 from ._transformer import LinearAttentionFeatures
+from .preprocessing import PositionalEncoding
 
 __all__ = ["expected_failed_checks"]
 
@@ -44,7 +45,8 @@ _PARTIAL_FIT = {
         "number of columns"
     ),
 }
-_ESTIMATORS = (LinearAttentionRegressor, LinearAttentionFeatures, AdamLinearAttentionRegressor)
+_ESTIMATORS = (LinearAttentionRegressor, LinearAttentionFeatures, AdamLinearAttentionRegressor,
+               PositionalEncoding)
 
 
 def expected_failed_checks(estimator):
@@ -56,13 +58,15 @@ def expected_failed_checks(estimator):
     ``n_features_in_`` is the token dimension and X with another number of
     columns is valid input (sequences of another length).  The dictionary
     holds exactly the checks that fail for that reason, for this
-    estimator's kind (transformer checks for the transformer, the
+    estimator's kind (transformer checks for the transformers,
+    :class:`~sklearn_linattn.LinearAttentionFeatures` and
+    :class:`~sklearn_linattn.preprocessing.PositionalEncoding`, the
     ``partial_fit`` check for estimators that have it).
 
     Parameters
     ----------
-    estimator : LinearAttentionRegressor, LinearAttentionFeatures or \
-AdamLinearAttentionRegressor
+    estimator : LinearAttentionRegressor, LinearAttentionFeatures, \
+AdamLinearAttentionRegressor or PositionalEncoding
         An instance (subclasses included), with any parameters.
 
     Returns

@@ -10,6 +10,7 @@ from sklearn_linattn import (
     LinearAttentionFeatures,
     LinearAttentionRegressor,
 )
+from sklearn_linattn.preprocessing import PositionalEncoding
 from sklearn_linattn.utils import expected_failed_checks
 
 
@@ -22,6 +23,8 @@ from sklearn_linattn.utils import expected_failed_checks
         LinearAttentionFeatures(),
         LinearAttentionFeatures(include_bias=True, include_skip=True),
         AdamLinearAttentionRegressor(max_epochs=3),
+        PositionalEncoding(),
+        PositionalEncoding("sinusoidal", origin="end"),
     ],
     expected_failed_checks=expected_failed_checks,
 )
@@ -33,7 +36,7 @@ def test_sklearn_compatible(estimator, check):
     "estimator",
     # (Adam's default 100 epochs fail the same checks, in several seconds.)
     [LinearAttentionRegressor(), LinearAttentionFeatures(),
-     AdamLinearAttentionRegressor(max_epochs=3)],
+     AdamLinearAttentionRegressor(max_epochs=3), PositionalEncoding()],
     ids=lambda est: type(est).__name__,
 )
 def test_check_estimator_passes_with_the_expected_failures_of_the_package(estimator):

@@ -110,7 +110,7 @@ INVENTORIES = {
         + _generated(_SK_GEN, [
             "sklearn.linear_model.RidgeCV", "sklearn.model_selection.GridSearchCV",
             "sklearn.model_selection.KFold", "sklearn.pipeline.Pipeline",
-            "sklearn.preprocessing.StandardScaler",
+            "sklearn.preprocessing.OneHotEncoder", "sklearn.preprocessing.StandardScaler",
             # scikit-learn documents its exceptions as classes.
             "sklearn.exceptions.ConvergenceWarning",
         ], "py:class")

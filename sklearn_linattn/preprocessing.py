@@ -1,0 +1,371 @@
+"""Transformers of sequences into sequences: positional encodings.
+
+A one-layer linear attention sees its context as a bag: ``S = sum_t x_t x_t^T``
+does not change when the tokens are permuted.  Appending a code of each
+token's position to the token gives the layer the order back, and the model
+stays linear in its cubic features (learned exactly, certified).
+"""
+
+import math
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
+
+from ._base import sequence_tags
+from ._memory import real_tokens, resolve_budget
+from ._params import check_number
+from ._validation import check_data_format, check_sequences
+
+__all__ = ["PositionalEncoding"]
+
+KINDS = ("onehot", "sinusoidal")
+ORIGINS = ("start", "end")
+HANDLE_UNKNOWN = ("error", "ignore")
+#: Channels of ``kind="sinusoidal"`` when ``n_positions`` is None: 4 frequencies.
+_DEFAULT_SINUSOIDAL_CHANNELS = 8
+
+
+def _check_choice(value, name, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {choices}; got {value!r}.")
+    return value
+
+
+def _sinusoidal_frequencies(n_channels, max_period):
+    """The angular frequencies ``max_period ** (-2k / n_channels)``, k < n_channels / 2."""
+    return max_period ** (-2.0 * np.arange(n_channels // 2) / n_channels)
+
+
+class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+    """Append a positional encoding to every token of every sequence.
+
+    A one-layer linear attention sees its context as a bag: ``sum_t x_t x_t^T``
+    carries no position.  This transformer appends ``n_positions_`` channels
+    holding each real token's position, so that a
+    :class:`~sklearn_linattn.LinearAttentionRegressor` after it in a Pipeline
+    can read the order.  With one-hot positions the cubic features contain
+    every token linearly (times the current position) and every token times
+    the current one: an autoregression on every lag, with interactions, still
+    learned exactly by least squares.
+
+    Parameters
+    ----------
+    kind : {"onehot", "sinusoidal"}, default="onehot"
+        ``"onehot"``: channel ``p`` is 1 at the token of position ``p`` and 0
+        elsewhere.  ``"sinusoidal"``: the encoding of Vaswani et al. [1]_;
+        with ``n = n_positions_`` channels and angular frequencies
+        ``w_k = max_period ** (-2 k / n)``, k = 0, ..., n/2 - 1, channel
+        ``2k`` is ``sin(w_k p)`` and channel ``2k + 1`` is ``cos(w_k p)``.
+    origin : {"start", "end"}, default="start"
+        Where position 0 is.  ``"start"``: the first token (positions 0, 1,
+        ...).  ``"end"``: the last real token of each sequence, counting
+        backwards (``n_i - 1`` for the first of ``n_i`` tokens): sequences
+        of different lengths then align on recency (position 1 is always
+        the token before the last).  Positions counted from the end tell
+        every token how many follow it, so with ``readout="all"``, where
+        each position's output must depend on its prefix only, use
+        ``"start"``.
+    n_positions : int or None, default=None
+        Number of channels appended.  ``"onehot"``: the number of positions
+        encoded; None learns it in ``fit`` as the longest sequence seen (its
+        number of real tokens).  ``"sinusoidal"``: an even number of
+        channels (n_positions / 2 frequencies); None means 8 channels
+        (4 frequencies: a few channels keep psi, which grows like the cube
+        of the token dimension, small).
+    max_period : float, default=10000.0
+        ``"sinusoidal"`` only, positive: the periods ``2 pi / w_k`` grow
+        geometrically from ``2 pi`` to ``2 pi max_period ** (1 - 2 / n)``
+        (Vaswani et al.'s 10000 by default).
+    handle_unknown : {"error", "ignore"}, default="error"
+        ``"onehot"`` only: what ``fit`` and ``transform`` do with a real
+        token at a position ``>= n_positions_`` (a sequence longer than
+        ``n_positions_``).  ``"error"`` raises a ValueError naming the
+        sequence, its length and ``n_positions_``; ``"ignore"`` gives such
+        tokens all-zero position channels, as
+        :class:`~sklearn.preprocessing.OneHotEncoder` does for unknown
+        categories (with ``origin="end"``, the tokens before the last
+        ``n_positions_`` ones).  Sinusoidal codes exist at every position.
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d),
+        ``"channels_first"`` is (n_samples, d, n_tokens) as aeon and sktime
+        store series.  The output is in the package's layout,
+        (n_samples, n_tokens, d + ``n_positions_``), either way (see
+        :meth:`transform`).
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Token dimension d seen in ``fit``.
+    n_positions_ : int
+        Number of position channels appended to each token.
+
+    See Also
+    --------
+    LinearAttentionRegressor : the layer to put after it in a Pipeline.
+    sklearn.preprocessing.OneHotEncoder : the same ``handle_unknown`` choice.
+
+    Notes
+    -----
+    Padding is preserved: trailing all-NaN tokens stay all-NaN, the new
+    channels included, so the output is valid input of every estimator of
+    the package.  ``fit`` reads the sequences' lengths only.
+
+    The identifiability certificate of a model fitted on encoded sequences
+    speaks about the augmented tokens ``(x_t, e_t)``.  One-hot positions
+    never leave the one-hot patterns (for instance the positional block of
+    ``S`` is diagonal), so the global certificate, which is about every
+    input in ``R^(d + n_positions_)``, cannot hold; what it certifies is
+    per input, through ``certificate_.covers(encoder.transform(X_new))``.
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS 2017,
+       Section 3.5.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.preprocessing import PositionalEncoding
+    >>> X = [np.array([[5.0], [6.0], [7.0]]), np.array([[8.0], [9.0]])]
+    >>> enc = PositionalEncoding().fit(X)
+    >>> enc.n_positions_, enc.get_feature_names_out().tolist()
+    (3, ['x0', 'pos0', 'pos1', 'pos2'])
+    >>> enc.transform(X)[1]  # padding stays NaN
+    array([[ 8.,  1.,  0.,  0.],
+           [ 9.,  0.,  1.,  0.],
+           [nan, nan, nan, nan]])
+    >>> PositionalEncoding(origin="end").fit_transform(X)[1, :2]  # 0 = the last token
+    array([[8., 0., 1., 0.],
+           [9., 1., 0., 0.]])
+
+    Before the layer, which can then read the previous token (a lag-1
+    autoregression) exactly, also on inputs ten times larger:
+
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn_linattn import LinearAttentionRegressor
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(60, 4, 2))
+    >>> y = np.concatenate([np.zeros((60, 1, 2)), X[:, :-1]], axis=1)  # y_t = x_(t-1)
+    >>> model = make_pipeline(PositionalEncoding(),
+    ...                       LinearAttentionRegressor(readout="all")).fit(X, y)
+    >>> X_new = 10 * rng.normal(size=(5, 4, 2))
+    >>> bool(np.allclose(model.predict(X_new)[:, 1:], X_new[:, :-1]))
+    True
+    """
+
+    def __init__(self, kind="onehot", *, origin="start", n_positions=None, max_period=10000.0,
+                 handle_unknown="error", data_format="channels_last"):
+        self.kind = kind
+        self.origin = origin
+        self.n_positions = n_positions
+        self.max_period = max_period
+        self.handle_unknown = handle_unknown
+        self.data_format = data_format
+
+    def _check_params(self):
+        _check_choice(self.kind, "kind", KINDS)
+        _check_choice(self.origin, "origin", ORIGINS)
+        _check_choice(self.handle_unknown, "handle_unknown", HANDLE_UNKNOWN)
+        check_data_format(self.data_format)
+        check_number(self.max_period, "max_period", low=0, low_open=True)
+        n = check_number(self.n_positions, "n_positions", integer=True, low=1, allow_none=True)
+        if self.kind == "sinusoidal" and n is not None and n % 2:
+            raise ValueError(
+                "n_positions must be even for kind='sinusoidal' (a sine and a cosine per "
+                f"frequency); got {n}."
+            )
+        return n
+
+    def _sequences(self, X, n_features_in=None):
+        # fill_value=None keeps the NaN padding: it is copied into the output.
+        return check_sequences(X, n_features_in=n_features_in, data_format=self.data_format,
+                               fill_value=None, copy=False)
+
+    def _check_lengths(self, lengths, n_positions):
+        if self.kind != "onehot" or self.handle_unknown == "ignore":
+            return
+        too_long = lengths > n_positions
+        if too_long.any():
+            i = int(np.flatnonzero(too_long)[0])
+            raise ValueError(
+                f"X[{i}] has {int(lengths[i])} real tokens, but one-hot positions encode "
+                f"n_positions_={n_positions} positions (0 to {n_positions - 1}); the longest "
+                f"sequence here has {int(lengths.max())}. Pass a larger n_positions, or "
+                "handle_unknown='ignore' to give the tokens at later positions all-zero "
+                "position channels."
+            )
+
+    def _check_memory(self, shape, dtype):
+        """Refuse, before allocating it, an output larger than the memory budget."""
+        budget = resolve_budget(None)
+        n_bytes = math.prod(shape) * np.dtype(dtype).itemsize
+        # Beside the output: the positions' angles or comparisons while they are written.
+        if 2 * n_bytes > budget:
+            fewer = (" or fewer positions (n_positions with handle_unknown='ignore'; with "
+                     "origin='end' the most recent tokens keep theirs)"
+                     if self.kind == "onehot" else "")
+            raise ValueError(
+                f"The encoded X, of shape {shape}, needs {n_bytes / 2**30:.3g} GiB of "
+                f"{np.dtype(dtype).name} and up to as much again while it is built, more "
+                f"than the memory budget of {budget / 2**30:.3g} GiB (half the physical "
+                "memory). "
+                f"Encode fewer sequences at a time{fewer}."
+            )
+
+    def fit(self, X, y=None):
+        """Learn the token dimension and, for one-hot positions, the number of positions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences; trailing all-NaN tokens are padding.  Only the token
+            dimension and the lengths are read.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : PositionalEncoding
+            The fitted transformer, with ``n_features_in_`` and
+            ``n_positions_`` set.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.preprocessing import PositionalEncoding
+        >>> X = np.zeros((2, 5, 3))
+        >>> X[0, 2:] = np.nan  # lengths 2 and 5
+        >>> enc = PositionalEncoding().fit(X)
+        >>> enc.n_features_in_, enc.n_positions_
+        (3, 5)
+        >>> PositionalEncoding("sinusoidal").fit(X).n_positions_
+        8
+        """
+        n_positions = self._check_params()
+        X, lengths = self._sequences(X)
+        if n_positions is None:
+            n_positions = (int(lengths.max()) if self.kind == "onehot"
+                           else _DEFAULT_SINUSOIDAL_CHANNELS)
+        self._check_lengths(lengths, n_positions)
+        self.n_features_in_ = X.shape[2]
+        self.n_positions_ = n_positions
+        self._fitted_for = (self.kind, self.n_positions)
+        return self
+
+    def _check_fitted_for(self):
+        """The parameters ``n_positions_`` was set for are the current ones."""
+        fitted_for = self._fitted_for
+        if fitted_for != (self.kind, self.n_positions):
+            raise ValueError(
+                f"kind={self.kind!r} and n_positions={self.n_positions!r} were changed since "
+                f"fit, which set n_positions_={self.n_positions_} for kind={fitted_for[0]!r} "
+                f"and n_positions={fitted_for[1]!r}; call fit again."
+            )
+
+    def transform(self, X):
+        """Each token followed by the code of its position; padding stays NaN.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences of any length, with the token dimension d seen in
+            ``fit`` (layout ``data_format``); trailing all-NaN tokens are
+            padding.
+
+        Returns
+        -------
+        X_out : ndarray of shape (n_samples, n_tokens, n_channels)
+            Always in the package's layout (tokens along axis 1, what the
+            next estimator reads by default), also for
+            ``data_format="channels_first"``: the encoded sequences are new
+            tokens for the package's estimators, as the feature rows of
+            :class:`~sklearn_linattn.LinearAttentionFeatures` are, and a list
+            of sequences comes back padded to its longest sequence.
+            ``X_out[i, t, :d]`` is the token ``X[i, t]``; the last
+            ``n_positions_`` channels (``n_channels = d + n_positions_``)
+            hold its position's code at real tokens and NaN at padded ones.  Floating input keeps its dtype
+            (float64, float32, float16); other numbers become float64.
+
+        Raises
+        ------
+        ValueError
+            With ``kind="onehot"`` and ``handle_unknown="error"``, for a
+            sequence longer than ``n_positions_``; when ``kind`` or
+            ``n_positions`` changed since ``fit``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.preprocessing import PositionalEncoding
+        >>> enc = PositionalEncoding("sinusoidal", n_positions=2).fit(np.zeros((1, 3, 1)))
+        >>> enc.transform(np.zeros((1, 3, 1))).round(3)  # sin(p), cos(p)
+        array([[[ 0.   ,  0.   ,  1.   ],
+                [ 0.   ,  0.841,  0.54 ],
+                [ 0.   ,  0.909, -0.416]]])
+        """
+        check_is_fitted(self)
+        self._check_params()
+        self._check_fitted_for()
+        X, lengths = self._sequences(X, self.n_features_in_)
+        n_samples, n_tokens, d = X.shape
+        self._check_lengths(lengths, self.n_positions_)
+        self._check_memory((n_samples, n_tokens, d + self.n_positions_), X.dtype)
+        real = real_tokens(lengths, n_tokens)
+        t = np.arange(n_tokens)
+        pos = np.broadcast_to(t, real.shape) if self.origin == "start" else (
+            lengths[:, None] - 1 - t)
+        out = np.empty((n_samples, n_tokens, d + self.n_positions_), dtype=X.dtype)
+        out[..., :d] = X  # NaN padding included
+        if self.kind == "onehot":
+            out[..., d:] = pos[:, :, None] == np.arange(self.n_positions_)
+        else:
+            angle = pos[:, :, None] * _sinusoidal_frequencies(self.n_positions_,
+                                                              float(self.max_period))
+            out[..., d::2] = np.sin(angle)
+            out[..., d + 1::2] = np.cos(angle)
+        out[~real] = np.nan
+        return out
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the output channels: the token's, then ``pos0, pos1, ...``.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None
+            Names of the d token coordinates; default ``x0, ..., x{d-1}``
+            (as :class:`~sklearn_linattn.LinearAttentionFeatures` names
+            them).
+
+        Returns
+        -------
+        names : ndarray of str objects, shape (n_channels,)
+            One name per channel (last axis) of :meth:`transform`'s output,
+            ``n_channels = d + n_positions_``.
+            For ``kind="sinusoidal"``, ``pos{2k}`` and ``pos{2k+1}`` are the
+            sine and cosine of frequency k.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.preprocessing import PositionalEncoding
+        >>> enc = PositionalEncoding().fit(np.zeros((1, 2, 2)))
+        >>> enc.get_feature_names_out(["price", "volume"]).tolist()
+        ['price', 'volume', 'pos0', 'pos1']
+        """
+        check_is_fitted(self)
+        if input_features is None:
+            input_features = [f"x{j}" for j in range(self.n_features_in_)]
+        elif len(input_features) != self.n_features_in_:
+            raise ValueError(
+                f"input_features must name the {self.n_features_in_} token coordinates; "
+                f"got {len(input_features)} names."
+            )
+        names = list(input_features) + [f"pos{p}" for p in range(self.n_positions_)]
+        return np.asarray(names, dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = sequence_tags(super().__sklearn_tags__())
+        tags.requires_fit = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32", "float16"]
+        return tags
