@@ -245,7 +245,8 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         judge = CompressionJudge(coef, row_space, counts, pair_weights=st.pair_weights,
                                  n_outputs=d_out, gram=solution.gram_product,
                                  moment=None if moment is None else moment[:, :d_out],
-                                 accuracy=accuracy)
+                                 accuracy=accuracy,
+                                 residual_sq=getattr(solution, "residual_sq", None))
         rows = problem.rows
         # An unidentified fit may have a k-head minimizer that its minimum-norm
         # point hides: fit k heads to the rows when the compression is material.
