@@ -100,20 +100,21 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         then says whether the data identify them locally.  Not with
         ``fit_intercept`` / ``fit_skip``, nor in ``partial_fit`` or on Dask
         input (which keep no sequences).
-        ``"auto"`` returns the fewest heads, between 1 and the SVD's count,
-        whose fit is not materially worse: the smallest k for which the k
-        heads that ``n_heads=k`` would return (compressed, or fitted directly)
-        raise the training risk over the unconstrained optimum by no more than
-        the noise explains (``max(0.01, 6 p / (N - p))`` times the optimum's
-        residual risk, with p = rank times ``d_out`` and N the feature rows),
-        plus ``(1e-8)**2`` of the explained energy (more with ``"cg"``, to
-        its own accuracy).  On noise-free data that
-        is the least number of heads computing the fitted function (to the
-        search's success; exact for generic generators of 1 to 3 heads in
-        the user guide's measurements); on noisy data a head whose effect the
-        noise hides may be left out.  With ``solver="cg"`` the risk is judged
-        by an upper bound where no exact one exists.  It never warns (the
-        SVD's own heads are never material); ``n_heads_`` is the count chosen.
+        ``"auto"`` returns the fewest heads, between 1 and the SVD's count (0
+        for a zero fit), whose fit is not materially worse: the smallest k
+        for which the heads ``n_heads=k`` would return (compressed, or fitted
+        directly) raise the training risk over the unconstrained optimum by
+        no more than the noise explains, ``max(0.01, 6 p / (N - p))`` times
+        the optimum's residual risk (p = rank times ``d_out``, N the feature
+        rows), plus
+        ``(1e-8)**2`` of its explained energy (more with ``"cg"``, to its
+        accuracy).  On noise-free data only rounding is allowed, so k is the
+        least number of heads computing the fitted function (as far as the
+        compression's search finds it); on noisy data a head whose effect
+        stays within the noise allowance may be left out.  Where the risk
+        has no exact form (``"cg"`` on Dask input) its upper bound is judged.
+        It never warns; ``n_heads_`` is the count chosen (the user guide on
+        compression describes the search and its measurements).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         How the least squares is solved (N feature rows, psi features, P =
         d (d + 1) / 2); all give the same fit and verdict, to rounding (to

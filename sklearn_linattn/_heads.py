@@ -580,10 +580,12 @@ class CompressionJudge:
     excess empirical risk of coefficients c over the unconstrained minimizer
     c* is exactly ``(c - c*)^T Lambda_D (c - c*)``, and the minimizer's own
     residual risk is ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the
-    standardized units).  On noisy data even the right number of heads raises
-    the training risk: the unconstrained fit spends its p = rank * d_out
-    degrees of freedom on the noise too, about ``p / (N - p)`` of R* more than
-    a smaller model containing the truth (N feature rows), and the
+    standardized units; with intercept or skip terms, which the compression
+    keeps, the joint fit's residual ``residual_sq``).  On noisy data even the
+    right number of heads raises the training risk: the unconstrained fit
+    spends its p = rank * d_out degrees of freedom on the noise too, about
+    ``p / (N - p)`` of R* more than a smaller model containing the truth (N
+    feature rows), and the
     compression minimises the coefficients' Euclidean distance, not this risk
     (measured: up to 4 times that on Gaussian designs with the generator's
     head count).  A compression is material when its excess risk exceeds

@@ -367,7 +367,7 @@ def test_compression_with_terms_is_judged_by_the_fit_residual(terms):
     """Regression: with an intercept the judge took the targets' whole energy less the
     attention's as the fit's residual risk, so everything the terms explain counted as
     noise: one head of a noise-free two-head teacher raised the training error from 1e-28
-    to 0.07 (a third of the targets' variance) without a warning.  The residual of the
+    to 0.07 (13% of the targets' variance) without a warning.  The residual of the
     joint fit judges it now, as without terms."""
     X, y, params = make_random_mhla(n_samples=81, n_tokens=10, d=4, n_heads=2,
                                     random_state=5, return_params=True)
