@@ -552,6 +552,13 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.verbose = verbose
 
     def _check_params(self):
+        if isinstance(self.n_heads, str) and self.n_heads == "auto":
+            # Gradient descent trains a fixed number of heads; only the closed
+            # form can choose the count after the fit.
+            raise TypeError(
+                "n_heads must be an integer >= 1: Adam trains a fixed number of heads; got "
+                "'auto'. LinearAttentionRegressor(n_heads='auto') chooses the fewest heads."
+            )
         check_number(self.n_heads, "n_heads", integer=True, low=1)
         check_readout(self.readout)
         if not isinstance(self.parametrization, str) or (

@@ -1,5 +1,6 @@
 """scikit-learn estimators: thin layers of validation over the math modules."""
 
+import numbers
 import time
 
 import numpy as np
@@ -39,6 +40,22 @@ from ._params import check_number, validate_random_state
 __all__ = ["LinearAttentionRegressor"]
 
 
+def _check_n_heads(n_heads):
+    """None, "auto" or an integer >= 1; the error names the argument and the value."""
+    expected = "None, 'auto' or an integer >= 1"
+    if n_heads is None or (isinstance(n_heads, str) and n_heads == "auto"):
+        return n_heads
+    if isinstance(n_heads, str):
+        raise ValueError(f"n_heads must be {expected}; got {n_heads!r}.")
+    if isinstance(n_heads, (bool, np.bool_)) or not isinstance(n_heads, numbers.Integral):
+        raise TypeError(
+            f"n_heads must be {expected}; got {n_heads!r} of type {type(n_heads).__name__}."
+        )
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be {expected}; got {n_heads!r}.")
+    return int(n_heads)
+
+
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     """One-layer multi-head linear attention fitted exactly by least squares.
 
@@ -68,7 +85,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         one of minimum norm in the standardized coordinates
         (``standardization_``, see Notes), except with ``solver="cg"`` (see
         there).
-    n_heads : int or None, default=None
+    n_heads : int, "auto" or None, default=None
         None returns every head of the SVD.  An integer k compresses to at
         most k heads (:func:`~sklearn_linattn.compress_heads`); a
         :class:`~sklearn.exceptions.ConvergenceWarning` says when the k heads
@@ -83,6 +100,21 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         then says whether the data identify them locally.  Not with
         ``fit_intercept`` / ``fit_skip``, nor in ``partial_fit`` or on Dask
         input (which keep no sequences).
+        ``"auto"`` returns the fewest heads, between 1 and the SVD's count (0
+        for a zero fit), whose fit is not materially worse: the smallest k
+        for which the heads ``n_heads=k`` would return (compressed, or fitted
+        directly) raise the training risk over the unconstrained optimum by
+        no more than the noise explains, ``max(0.01, 6 p / (N - p))`` times
+        the optimum's residual risk (p = rank times ``d_out``, N the feature
+        rows), plus
+        ``(1e-8)**2`` of its explained energy (more with ``"cg"``, to its
+        accuracy).  On noise-free data only rounding is allowed, so k is the
+        least number of heads computing the fitted function (as far as the
+        compression's search finds it); on noisy data a head whose effect
+        stays within the noise allowance may be left out.  Where the risk
+        has no exact form (``"cg"`` on Dask input) its upper bound is judged.
+        It never warns; ``n_heads_`` is the count chosen (the user guide on
+        compression describes the search and its measurements).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         How the least squares is solved (N feature rows, psi features, P =
         d (d + 1) / 2); all give the same fit and verdict, to rounding (to
@@ -163,7 +195,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     key_query_matrices_ : ndarray of shape (H, d, d)
         Fused key-query matrices Q_h.
     n_heads_ : int
-        Number of heads returned.
+        Number of heads returned (with ``n_heads="auto"``, the count chosen).
     local_certificate_ : LocalCertificate or None
         When the heads were fitted to the data directly (see ``n_heads``):
         whether the data identify the k-head function near the fit
@@ -172,7 +204,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     compression_residual_ : float or None
         Relative coefficient residual of the head compression (None when
         ``n_heads`` did not call for compression), measured in the
-        standardized coordinates where the heads are compressed.
+        standardized coordinates where the heads are compressed.  With
+        ``n_heads="auto"`` always set: the residual of the heads returned
+        (rounding, about 1e-15, when the SVD's heads are kept).
     standardization_ : TokenStandardizer
         The standardized coordinates the model was fitted in: exact
         power-of-two scales of each token coordinate, the targets and the
@@ -263,6 +297,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     >>> model = LinearAttentionRegressor(n_heads=1).fit(X, y)
     >>> model.n_heads_
     1
+    >>> LinearAttentionRegressor().fit(X, y).n_heads_  # the SVD's heads
+    3
+    >>> LinearAttentionRegressor(n_heads="auto").fit(X, y).n_heads_  # the fewest
+    1
     >>> X_long = rng.normal(size=(3, 40, 3))  # longer than any training sequence
     >>> y_long = np.einsum("aj,ntj,ntk,kl,nl->n", V[0], X_long, X_long, Q[0], X_long[:, -1])
     >>> bool(np.allclose(model.predict(X_long), y_long))
@@ -307,7 +345,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         check_data_format(self.data_format)
         validate_random_state(self.random_state)
         check_number(self.alpha, "alpha", low=0.0)
-        check_number(self.n_heads, "n_heads", integer=True, low=1, allow_none=True)
+        _check_n_heads(self.n_heads)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
         check_number(self.tol, "tol", low=0.0, low_open=True)
@@ -413,7 +451,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``certificate_`` are recomputed from them after every call: the model
         after k calls equals ``fit`` on the k batches together.  Each call
         therefore costs one solve of the psi x psi normal equations plus, when
-        ``n_heads`` is set, a head compression; for many small batches keep
+        ``n_heads`` is set, a head compression (with ``"auto"``, the search
+        over head counts); for many small batches keep
         ``n_heads=None`` and compress once at the end
         (:func:`~sklearn_linattn.compress_heads` on ``coef_``).
 

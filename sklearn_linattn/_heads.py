@@ -580,10 +580,12 @@ class CompressionJudge:
     excess empirical risk of coefficients c over the unconstrained minimizer
     c* is exactly ``(c - c*)^T Lambda_D (c - c*)``, and the minimizer's own
     residual risk is ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the
-    standardized units).  On noisy data even the right number of heads raises
-    the training risk: the unconstrained fit spends its p = rank * d_out
-    degrees of freedom on the noise too, about ``p / (N - p)`` of R* more than
-    a smaller model containing the truth (N feature rows), and the
+    standardized units; with intercept or skip terms, which the compression
+    keeps, the joint fit's residual ``residual_sq``).  On noisy data even the
+    right number of heads raises the training risk: the unconstrained fit
+    spends its p = rank * d_out degrees of freedom on the noise too, about
+    ``p / (N - p)`` of R* more than a smaller model containing the truth (N
+    feature rows), and the
     compression minimises the coefficients' Euclidean distance, not this risk
     (measured: up to 4 times that on Gaussian designs with the generator's
     head count).  A compression is material when its excess risk exceeds
@@ -619,6 +621,11 @@ class CompressionJudge:
         tolerance times the square root of the condition number): c* itself
         is then that far from the exact minimizer, and the "visible change"
         allowance is at least its square times the explained energy.
+    residual_sq : ndarray of shape (n_outputs,) or None
+        Weighted sums of squared residuals of the fit, when the targets'
+        energy less the explained one is not R*: with intercept or skip
+        terms, which explain part of the targets' energy (the compression
+        keeps them, so the excess is still the quadratic form above).
     """
 
     _NOISE_FRACTION = 1e-2
@@ -626,7 +633,7 @@ class CompressionJudge:
     _EXACT_RELATIVE = 1e-8
 
     def __init__(self, coef, spectrum, counts, *, pair_weights, n_outputs=None, gram=None,
-                 moment=None, accuracy=None):
+                 moment=None, accuracy=None, residual_sq=None):
         self.spectrum, self.coef, self.gram = spectrum, coef, gram
         self.exact_relative = max(self._EXACT_RELATIVE, 0.0 if accuracy is None else accuracy)
         self.pair_weights = np.asarray(pair_weights, dtype=np.float64)
@@ -647,7 +654,10 @@ class CompressionJudge:
             self.explained = max(float(np.sum(coef * np.asarray(moment).T)) / self.W, 0.0)
         else:  # lower bound of the explained energy: lambda_min ||c||^2
             self.explained = self.lambda_min_lower * float(np.sum(coef**2))
-        self.residual_risk = max(self.y_energy - self.explained, 0.0)
+        if residual_sq is not None:
+            self.residual_risk = max(float(np.sum(residual_sq[:n_outputs])) / self.W, 0.0)
+        else:
+            self.residual_risk = max(self.y_energy - self.explained, 0.0)
 
     def _quadratic(self, C):
         """``c^T Lambda_D c`` per row of C, or None when neither a form nor products exist."""

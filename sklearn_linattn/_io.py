@@ -573,7 +573,15 @@ def _check_scalars(path, model, values):
     if model.token_dim is not None and model.token_dim != d:
         fail("params", f"has token_dim={model.token_dim}, but n_features_in_ = {d}.")
     residual = values["compression_residual_"]
-    if residual is None:
+    if model.n_heads == "auto":
+        # The count is chosen, between 0 (zero coefficients) and the SVD's;
+        # the residual of the heads returned is always recorded.
+        if residual is None:
+            fail("compression_residual_", "is NaN, but the parameter n_heads='auto' "
+                 "always records the residual of the heads it chose.")
+        if not 0 <= residual < np.inf:
+            fail("compression_residual_", f"must be a finite number >= 0; found {residual}.")
+    elif residual is None:
         if model.n_heads is not None and h > model.n_heads:
             fail("n_heads_", f"is {h}, more than the parameter n_heads={model.n_heads}, "
                  "with no compression_residual_.")

@@ -90,6 +90,80 @@ class StandardizedModel:
                     skip_coef_=skip, value_matrices_=V, key_query_matrices_=Q)
 
 
+@dataclass
+class _Heads:
+    """Heads proposed for one head count: the compression (or direct fit) and its verdict."""
+
+    V: np.ndarray
+    Q: np.ndarray
+    residual: float
+    excess: float
+    local: LocalCertificate | None
+
+
+def _relative_gap(V, Q, folded):
+    """``||p(V, Q) - folded|| / ||folded||`` (the gap itself when folded is zero)."""
+    norm = np.linalg.norm(folded)
+    gap = np.linalg.norm(attention_coefficients(V, Q) - folded)
+    return float(gap / norm) if norm > 0 else float(gap)
+
+
+def _fewest_heads(n_svd, heads, is_material, svd, log):
+    """The fewest heads whose compression is not material, by exponential search and bisection.
+
+    Counts 1, 2, 4, ... below ``n_svd`` are tried until one is not material
+    (``n_svd``, the SVD's own heads ``svd``, when none is), then the gap to the
+    last material count is bisected.  Every count returned has been judged
+    not material (or is the SVD's), and every count tried below it was
+    material.  The best compression residual never grows with the count (an
+    extra zero head changes nothing), so the verdicts are monotone but for
+    searches that miss a global minimum.  Material counts are the costly
+    ones (every start runs); for an answer of k this tries the same ones as
+    a scan from 1 up to k = 4, and at most ``2 log2(k)`` of them beyond
+    instead of ``k - 1`` (at most 11 compressions in all for 64 SVD heads).
+
+    Parameters
+    ----------
+    n_svd : int
+        Number of SVD heads, at least 2.
+    heads : callable
+        ``heads(k)``: the :class:`_Heads` of k heads.
+    is_material : callable
+        ``is_material(excess)``: the judge's verdict.
+    svd : _Heads
+        The SVD's heads (``n_svd`` of them).
+    log : callable
+
+    Returns
+    -------
+    _Heads
+    """
+    tried = {n_svd: svd}
+
+    def material(k):
+        tried[k] = heads(k)
+        verdict = bool(is_material(tried[k].excess))
+        log(f"n_heads='auto': {k} head{'' if k == 1 else 's'} "
+            f"{'material' if verdict else 'not material'} (excess risk "
+            f"{tried[k].excess:.3g}, relative coefficient residual {tried[k].residual:.2e})")
+        return verdict
+
+    below, above = 0, n_svd  # largest count found material, smallest found not material
+    k = 1
+    while k < n_svd:
+        if not material(k):
+            above = k
+            break
+        below, k = k, 2 * k
+    while above - below > 1:
+        mid = (below + above) // 2
+        if material(mid):
+            below = mid
+        else:
+            above = mid
+    return tried[above]
+
+
 def _direct_fit_affordable(rows, d, d_out, n_heads):
     shape = (rows.n_rows, d, d_out, n_heads)
     return (fit_heads_memory(*shape) <= resolve_budget(None)
@@ -110,8 +184,10 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         The unit-free ridge penalty.
     tol, max_iter : float, int or None
         Options of the iterative solvers.
-    n_heads : int or None
-        Compress to at most this many heads.
+    n_heads : int, "auto" or None
+        Compress to at most this many heads; ``"auto"``: to the fewest whose
+        compression is not material by the :class:`CompressionJudge`
+        (:func:`_fewest_heads`).
     random_state : None, int or RandomState
         Seeds the compression's restarts and a direct head fit.
     token_dim, data_format
@@ -153,9 +229,14 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     coef = solution.coef
     folded = st.folded(coef)
     V, Q = heads_from_coefficients(folded, d)
-    log(f"{V.shape[0]} heads from the SVD")
+    n_svd = V.shape[0]
+    log(f"{n_svd} heads from the SVD")
     compression_residual = local = None
-    if n_heads is not None and V.shape[0] > n_heads:
+    auto = isinstance(n_heads, str)  # "auto", validated by the caller
+    if auto and n_svd <= 1:
+        # Nothing fewer to try: the SVD heads, whose residual is rounding.
+        compression_residual = _relative_gap(V, Q, folded)
+    elif auto or (n_heads is not None and n_svd > n_heads):
         moment = getattr(counts, "moment", None)
         moment = solution.moment if moment is None else moment
         accuracy = None
@@ -165,28 +246,43 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         judge = CompressionJudge(coef, row_space, counts, pair_weights=st.pair_weights,
                                  n_outputs=d_out, gram=solution.gram_product,
                                  moment=None if moment is None else moment[:, :d_out],
-                                 accuracy=accuracy)
-        V, Q, compression_residual = compress_heads(
-            folded, d, n_heads, tol=judge.tolerance(), random_state=random_state, warn=False)
-        excess = judge.excess(V, Q)
+                                 accuracy=accuracy,
+                                 residual_sq=getattr(solution, "residual_sq", None))
         rows = problem.rows
-        if (direct and not terms and rows is not None and not certificate
-                and judge.is_material(excess) and _direct_fit_affordable(rows, d, d_out, n_heads)):
-            # The data do not determine the unconstrained fit, and its
-            # minimum-norm point has no k-head form: fit k heads to the rows.
-            Vd, Qd, local_d = fit_standardized_heads(rows, n_heads, st.pair_weights,
-                                                     random_state=random_state,
-                                                     dtype=counts.dtype)
-            excess_d = judge.excess(Vd, Qd)
-            if excess_d < excess:
-                V, Q, excess, local = Vd, Qd, excess_d, local_d
-                norm = np.linalg.norm(folded)
-                gap = np.linalg.norm(attention_coefficients(Vd, Qd) - folded)
-                compression_residual = float(gap / norm) if norm > 0 else float(gap)
-                log(f"{n_heads} heads fitted to the data directly (local certificate "
-                    f"{'holds' if local_d else 'fails'})")
-        judge.warn_if_material(excess, n_heads)
-        log(f"compressed to {n_heads} heads, relative coefficient residual "
+        # An unidentified fit may have a k-head minimizer that its minimum-norm
+        # point hides: fit k heads to the rows when the compression is material.
+        may_fit_directly = direct and not terms and rows is not None and not certificate
+
+        def heads(k):
+            """The k heads ``n_heads=k`` returns, and their excess training risk."""
+            Vk, Qk, residual = compress_heads(folded, d, k, tol=judge.tolerance(),
+                                              random_state=random_state, warn=False)
+            excess, local_k = judge.excess(Vk, Qk), None
+            if (may_fit_directly and judge.is_material(excess)
+                    and _direct_fit_affordable(rows, d, d_out, k)):
+                # The data do not determine the unconstrained fit, and its
+                # minimum-norm point has no k-head form: fit k heads to the rows.
+                Vd, Qd, local_d = fit_standardized_heads(rows, k, st.pair_weights,
+                                                         random_state=random_state,
+                                                         dtype=counts.dtype)
+                excess_d = judge.excess(Vd, Qd)
+                if excess_d < excess:
+                    Vk, Qk, excess, local_k = Vd, Qd, excess_d, local_d
+                    residual = _relative_gap(Vd, Qd, folded)
+                    log(f"{k} heads fitted to the data directly (local certificate "
+                        f"{'holds' if local_d else 'fails'})")
+            return _Heads(Vk, Qk, residual, excess, local_k)
+
+        if auto:
+            svd = _Heads(V, Q, _relative_gap(V, Q, folded), judge.excess(V, Q), None)
+            chosen = _fewest_heads(n_svd, heads, judge.is_material, svd, log)
+        else:
+            chosen = heads(n_heads)
+        V, Q, compression_residual, local = chosen.V, chosen.Q, chosen.residual, chosen.local
+        # "auto" only returns a material count when even the SVD's is (it is
+        # not: the SVD heads reproduce the coefficients to rounding).
+        judge.warn_if_material(chosen.excess, V.shape[0])
+        log(f"compressed to {V.shape[0]} heads, relative coefficient residual "
             f"{compression_residual:.2e}")
     return StandardizedModel(
         standardizer=st, coef=coef, beta=beta, V=V, Q=Q, certificate=certificate,

@@ -379,4 +379,12 @@ def fit_terms(solution, counts, terms, d_out, *, design=None, free=None):
     attention = replace(solution, coef=coef if d_out else None, moment=None,
                         normal_residual=None, gram_coef=None)
     attention.counts = counts
+    # The joint fit's residual energy per output, ``Y^T M Y - b^T beta`` with
+    # M = I - Phi (G + alpha P)^{-1} Phi^T W (the objective's minimum; at
+    # alpha = 0 the training residual): what the targets' energy less the
+    # attention's overstates by all the terms explain.
+    b = counts.y_cross[d_out:, :d_out] - cross[d_out:, :d_out]
+    residual = (np.diagonal(counts.y_cross[:d_out, :d_out] - cross[:d_out, :d_out])
+                - np.einsum("ta,ta->a", b, beta))
+    attention.residual_sq = np.maximum(residual, 0.0)
     return attention, space, beta
