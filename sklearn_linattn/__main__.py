@@ -489,7 +489,8 @@ def build_parser(prog="sklearn-linattn"):
     fit.add_argument("data", help="an .npz file with arrays X and y")
     fit.add_argument("-o", "--output", default="model.npz", help="model file (default model.npz)")
     fit.add_argument("--alpha", type=float, default=0.0, help="ridge penalty (default 0)")
-    fit.add_argument("--n-heads", type=int, default=None, help="compress to this many heads")
+    fit.add_argument("--n-heads", type=_n_heads_option, default=None,
+                     help="compress to this many heads, or 'auto' for the fewest that fit as well")
     fit.add_argument("--solver", choices=list(SOLVERS), default="auto")
     fit.add_argument("--random-state", type=int, default=None)
     model_options(fit)
@@ -527,12 +528,23 @@ def build_parser(prog="sklearn-linattn"):
     return parser
 
 
+def _n_heads_option(text):
+    """``--n-heads``: an integer, or ``auto`` for ``n_heads="auto"``."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected an integer or 'auto'") from None
+
+
 def _check_numeric_options(args):
     """Every numeric option in its range (finite, not negative, ...), else a usage error."""
 
     for name, expected in _NUMERIC_OPTIONS.items():
         value = getattr(args, name, None)
-        if value is not None:
+        if value is not None and not (name == "n_heads" and value == "auto"):
             try:
                 check_number(value, f"--{name.replace('_', '-')}", **expected)
             except (TypeError, ValueError) as exc:

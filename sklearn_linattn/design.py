@@ -544,7 +544,7 @@ def learn_from_oracle(oracle, d, *, d_out=None, readout="last", n_tokens=None, t
         the same certificate) whose answers test the fit, plus one repeated
         sequence that tells noise from a deterministic misfit.  None: 0 when
         ``tol`` is None, else ``max(2, n_min // 4)``.
-    n_heads : int or None, default=None
+    n_heads : int, "auto" or None, default=None
         Passed to :class:`~sklearn_linattn.LinearAttentionRegressor`.
     exact_rtol : float, default=1e-9
         Relative residual at or below which the answers count as exact.

@@ -175,9 +175,20 @@ def test_option_values_out_of_range_exit_2_before_any_work(tmp_path, capsys, arg
     assert "nothing.npz" not in err
 
 
+def test_fit_with_n_heads_auto_keeps_the_fewest_heads(data_file, tmp_path, capsys):
+    path, X, y, params = data_file  # a two-head teacher
+    model_path = tmp_path / "model.npz"
+    assert main(["fit", str(path), "-o", str(model_path), "--n-heads", "auto",
+                 "--random-state", "0", "--json"]) == 0
+    report = strict_json(capsys.readouterr().out)
+    assert report["n_heads"] == 2
+    assert report["train_r2"] == pytest.approx(1.0, abs=1e-10)
+
+
 @pytest.mark.parametrize("argv", [
     ["certify", "data.npz", "--tol", "abc"],
     ["fit", "data.npz", "--n-heads", "1.5"],
+    ["fit", "data.npz", "--n-heads", "fewest"],
     ["fit", "data.npz", "--alpha", "one"],
     ["demo", "--seed", "0x10"],
 ])
@@ -191,7 +202,7 @@ def test_every_numeric_option_has_a_range():
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command").choices
     numeric = {action.dest for sub in subparsers.values() for action in sub._actions
-               if action.type in (int, float)}
+               if action.type in (int, float, cli._n_heads_option)}
     assert numeric == set(cli._NUMERIC_OPTIONS)
 
 
