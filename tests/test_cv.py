@@ -318,3 +318,15 @@ def test_statistics_larger_than_the_memory_budget_are_refused_before_the_pass(mo
     X, y, _ = make_data(15, n=30)
     with pytest.raises(ValueError, match="keeps psi x psi statistics for each of the 5 groups"):
         LinearAttentionRegressorCV().fit(X, y)
+
+
+def test_save_model_writes_the_refitted_plain_model(tmp_path):
+    from sklearn_linattn import load_model, save_model
+
+    X, y, _ = make_data(16)
+    model = LinearAttentionRegressorCV(cv=3, fit_intercept=True).fit(X, y)
+    save_model(model, tmp_path / "model.npz")
+    loaded = load_model(tmp_path / "model.npz")
+    assert type(loaded) is LinearAttentionRegressor
+    assert loaded.alpha == model.alpha_ and loaded.fit_intercept
+    np.testing.assert_allclose(loaded.predict(X), model.predict(X), rtol=1e-12)
