@@ -253,6 +253,36 @@ def test_group_statistics_of_one_pass_equal_each_groups_own_statistics():
     np.testing.assert_allclose(problem.stats.y_sum, sum(p.y_sum for p in problem.group_stats))
 
 
+def test_groups_accumulated_again_when_the_map_is_refused_equal_the_mapped_ones(monkeypatch):
+    from sklearn_linattn import _moments
+
+    X, y, lengths = make_data(17, n=40)
+    labels = np.arange(40) % 4
+    data = SequenceData(X, lengths, y[:, None], None, "last")
+
+    def problem():
+        with sklearn.config_context(working_memory=0.01):
+            return StandardizedProblem.from_data(data, readout="last", d_out=1,
+                                                 terms=LinearTerms(3), statistics=True,
+                                                 groups=labels)
+
+    from sklearn_linattn import _problem
+
+    passes = []
+    second = _problem._group_statistics_again
+    monkeypatch.setattr(_problem, "_group_statistics_again",
+                        lambda *args: passes.append(1) or second(*args))
+    mapped = problem()
+    # Final coordinates "too far" from the first chunk's: a second pass.
+    monkeypatch.setattr(_moments, "_MAP_CONDITION", 0.5)
+    again = problem()
+    assert len(passes) == 1
+    for a, b in zip(mapped.group_stats, again.group_stats):
+        np.testing.assert_allclose(a.gram, b.gram, rtol=1e-10, atol=1e-12 * b.gram.max())
+        np.testing.assert_allclose(a.moment, b.moment, rtol=1e-10, atol=1e-12)
+        assert (a.n_rows, a.n_samples) == (b.n_rows, b.n_samples) == (10, 10)
+
+
 def test_a_fit_with_terms_and_a_penalty_decomposes_the_gram_matrix_once(monkeypatch):
     from sklearn_linattn._solvers import normal
 
