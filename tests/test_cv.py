@@ -203,6 +203,45 @@ def test_rank_deficient_design_refit_is_the_minimum_norm_fit():
     np.testing.assert_allclose(model.coef_, plain.coef_, rtol=1e-8, atol=1e-10)
 
 
+def test_rank_deficient_design_scores_on_the_row_space_equal_full_size_solves(monkeypatch):
+    import sklearn_linattn._cv as cv_module
+
+    rng = np.random.default_rng(18)
+    X = np.concatenate([rng.normal(size=(150, 4, 2)),
+                        np.broadcast_to(np.eye(4), (150, 4, 4))], axis=2)  # psi = 126
+    y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1) + 0.3 * rng.normal(size=150)
+    alphas = np.array([0.0, 1e-4, 1e-2])
+    reduced = LinearAttentionRegressorCV(alphas, cv=4, fit_intercept=True).fit(X, y)
+    assert reduced.feature_rank_ < 126
+    coefficients, errors = cv_module._split_coefficients, cv_module._held_out_errors
+    monkeypatch.setattr(cv_module, "_split_coefficients",
+                        lambda train, basis, *args: coefficients(train, None, *args))
+    monkeypatch.setattr(cv_module, "_held_out_errors",
+                        lambda test, coefs, betas, basis, d_out: errors(test, coefs, betas,
+                                                                        None, d_out))
+    full = LinearAttentionRegressorCV(alphas, cv=4, fit_intercept=True).fit(X, y)
+    np.testing.assert_allclose(split_scores(reduced), split_scores(full), rtol=1e-8)
+
+
+def test_positive_definite_splits_by_cholesky_equal_the_references(monkeypatch):
+    import sklearn_linattn._cv as cv_module
+
+    decompositions = []
+    eigh = cv_module.descending_eigh
+    monkeypatch.setattr(cv_module, "descending_eigh",
+                        lambda *args, **kwargs: decompositions.append(1) or eigh(*args, **kwargs))
+    X, y, lengths = make_data(19, n=300, d=5)  # psi = 75: "cholesky"
+    w = np.ones(len(X))
+    alphas = np.array([0.0, 1e-3, 1e-1])
+    model = LinearAttentionRegressorCV(alphas, cv=3).fit(X, y)
+    assert decompositions == [] and model.solver_ == "cholesky"
+    splits = list(KFold(3).split(X))
+    np.testing.assert_allclose(split_scores(model)[:, 0], plain_scores(X, y, splits),
+                               rtol=1e-8)
+    reference = numpy_ridge_scores(model, X, y, lengths, splits, alphas, w, (0, 0))
+    np.testing.assert_allclose(split_scores(model).T, reference, rtol=1e-8)
+
+
 def test_cv_results_have_the_shape_of_grid_search():
     X, y, _ = make_data(8)
     alphas = [1.0, 0.0, 1e-2]
