@@ -373,9 +373,12 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     readout : {"last", "all"}, default="last"
         As in :class:`LinearAttentionRegressor`; with ``"all"`` every real
         position of a held-out sequence is a scored sample.
-    fit_intercept, fit_skip : bool, default=False
-        Linear terms, unpenalized, as in :class:`LinearAttentionRegressor`;
-        each split's fit includes them.
+    fit_intercept : bool, default=False
+        A constant term, unpenalized, as in :class:`LinearAttentionRegressor`;
+        each split's fit includes it.
+    fit_skip : bool, default=False
+        A linear term in the row's token, unpenalized, as in
+        :class:`LinearAttentionRegressor`; each split's fit includes it.
     n_heads : int or None, default=None
         Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
         the scores are those of the unconstrained least squares.
@@ -392,9 +395,20 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
         prediction of every held-out row, which statistics do not keep: use
         :class:`~sklearn.model_selection.GridSearchCV` with
         :func:`~sklearn_linattn.metrics.sequence_scorer` for them.
-    token_dim, data_format, random_state, verbose, tol, max_iter
-        As in :class:`LinearAttentionRegressor` (``tol`` and ``max_iter`` only
-        concern ``solver="cg"``, which the search does not use).
+    token_dim : int or None, default=None
+        Token dimension for 2-D X, as in :class:`LinearAttentionRegressor`.
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X, as in :class:`LinearAttentionRegressor`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the head compression of the refit (``n_heads``).
+    verbose : int, default=0
+        Print the time of each stage (the pass, the search, the refit).
+    tol : float, default=1e-8
+        As in :class:`LinearAttentionRegressor`: only ``solver="cg"`` reads
+        it, which the search does not use (kept so that the parameters are
+        those of the plain estimator).
+    max_iter : int or None, default=None
+        As ``tol``.
 
     Attributes
     ----------
