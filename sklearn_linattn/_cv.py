@@ -42,7 +42,7 @@ from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
 from ._problem import StandardizedProblem, keep_rows
 from ._solvers import STATISTICS_SOLVERS, choose_solver
-from ._solvers._solution import coef_from_gram, coef_from_spectrum, ridge_penalty
+from ._solvers._solution import coef_from_gram, ridge_penalty
 from ._solvers.normal import _CHOLESKY_MARGIN, FULL_SPECTRUM_PSI, _cholesky
 from ._spectrum import (
     descending_eigh,
@@ -190,24 +190,35 @@ class _FoldSolver:
             self._spectrum = (np.zeros(0), np.zeros((0, 0)), 0.0)
             return
         if m > FULL_SPECTRUM_PSI and n_penalties <= _CHOLESKY_SOLVES:
-            tol = eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype)
             L = _cholesky(G.copy())
-            found = None if L is None else smallest_eigenvalue_from_cholesky(L)
-            if found is not None and found[0] > _CHOLESKY_MARGIN * tol:
-                self._factor, self._G = L, G
-                return
+            if L is not None:
+                tol = eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype)
+                # Each pivot L_ii**2 is at least lambda_min: a small one settles it.
+                if np.diagonal(L).min() ** 2 > _CHOLESKY_MARGIN * tol:
+                    found = smallest_eigenvalue_from_cholesky(L)
+                    if found is not None and found[0] > _CHOLESKY_MARGIN * tol:
+                        self._factor, self._G = L, G
+                        return
         w, U = descending_eigh(G)
         self._spectrum = (w, U, eigenvalue_tolerance(w[0], psi, dtype))
 
-    def coef(self, alpha):
-        """Coefficients (n_targets, m) of the penalty ``alpha``."""
-        ridge = ridge_penalty(alpha, self.trace, self.psi)
-        if self._spectrum is not None:
-            w, U, tol = self._spectrum
-            return coef_from_spectrum(w, U, self.b, ridge, tol)
-        if not ridge:
-            return scipy.linalg.cho_solve((self._factor, True), self.b, check_finite=False).T
-        return coef_from_gram(self._G, self.b, ridge)
+    def coefs(self, alphas):
+        """Coefficients (n_alphas, n_targets, m) of the penalties ``alphas``."""
+        ridges = [ridge_penalty(alpha, self.trace, self.psi) for alpha in alphas]
+        if self._spectrum is None:
+            return np.stack([
+                scipy.linalg.cho_solve((self._factor, True), self.b, check_finite=False).T
+                if not ridge else coef_from_gram(self._G, self.b, ridge) for ridge in ridges])
+        # coef_from_spectrum's rule for every penalty, in one product with U.
+        w, U, tol = self._spectrum
+        proj = U.T @ self.b  # (m, n_targets)
+        inverse = np.zeros((len(ridges), w.size))
+        for i, ridge in enumerate(ridges):
+            keep = w > tol if ridge == 0 else w + ridge > 0
+            inverse[i, keep] = 1.0 / (w[keep] + ridge)
+        Z = inverse[:, :, None] * proj[None]  # (n_alphas, m, n_targets)
+        C = U @ Z.transpose(1, 0, 2).reshape(w.size, -1)
+        return C.reshape(w.size, len(ridges), -1).transpose(1, 2, 0)
 
 
 def _split_coefficients(train, basis, alphas, d_out, terms):
@@ -222,15 +233,14 @@ def _split_coefficients(train, basis, alphas, d_out, terms):
     solver = _FoldSolver(G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
                          n_penalties=np.unique(alphas[alphas > 0]).size)
     n_terms = terms.n_terms
+    solved = solver.coefs(alphas)
+    if not n_terms:
+        return solved, np.zeros((alphas.size, 0, d_out))
     coefs = np.empty((alphas.size, d_out, G.shape[0]))
-    betas = np.zeros((alphas.size, n_terms, d_out))
-    for i, alpha in enumerate(alphas):
-        coef = solver.coef(alpha)
-        if n_terms:
-            cross = b.T @ coef.T  # [Y, E]^T W Phi coef^T
-            betas[i], coefs[i] = eliminate(coef, train.y_cross, cross, d_out)
-        else:
-            coefs[i] = coef
+    betas = np.empty((alphas.size, n_terms, d_out))
+    for i, coef in enumerate(solved):
+        cross = b.T @ coef.T  # [Y, E]^T W Phi coef^T
+        betas[i], coefs[i] = eliminate(coef, train.y_cross, cross, d_out)
     return coefs, betas
 
 

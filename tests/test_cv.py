@@ -79,7 +79,9 @@ def numpy_ridge_scores(model, X, y, lengths, splits, alphas, sample_weight, term
         for i, alpha in enumerate(alphas):
             P = A.copy()
             P[np.arange(psi), np.arange(psi)] += alpha * np.trace(A[:psi, :psi]) / psi
-            coef = np.linalg.solve(P, b)
+            # At alpha = 0 the minimum-norm solution, zero eigenvalues by the package's
+            # rule (at most psi * eps * lambda_max); the inverse where there are none.
+            coef = np.linalg.pinv(P, rcond=psi * np.finfo(float).eps, hermitian=True) @ b
             pred = np.ldexp(np.concatenate([H[te], E[te]], axis=1) @ coef, ey)
             mse = (w[te][:, None] * (Y[te] - pred) ** 2).sum(axis=0) / w[te].sum()
             scores[i, k] = -mse.mean()
@@ -239,6 +241,18 @@ def test_positive_definite_splits_by_cholesky_equal_the_references(monkeypatch):
     np.testing.assert_allclose(split_scores(model)[:, 0], plain_scores(X, y, splits),
                                rtol=1e-8)
     reference = numpy_ridge_scores(model, X, y, lengths, splits, alphas, w, (0, 0))
+    np.testing.assert_allclose(split_scores(model).T, reference, rtol=1e-8)
+
+
+def test_train_parts_with_fewer_sequences_than_psi_give_the_minimum_norm_fit():
+    # psi = 75, 60 training sequences per split: each training part is
+    # rank-deficient although all the data are not (no common row space).
+    X, y, lengths = make_data(20, n=90, d=5)
+    alphas = np.array([0.0, 1e-3])
+    model = LinearAttentionRegressorCV(alphas, cv=3).fit(X, y)
+    assert model.certificate_
+    reference = numpy_ridge_scores(model, X, y, lengths, list(KFold(3).split(X)), alphas,
+                                   np.ones(len(X)), (0, 0))
     np.testing.assert_allclose(split_scores(model).T, reference, rtol=1e-8)
 
 
