@@ -91,10 +91,16 @@ def _index_array(indices, n_samples, what):
             f"cv must give {what} indices as 1-D arrays of integers (sequence indices); got "
             f"an array of dtype {indices.dtype} and shape {indices.shape}.")
     indices = indices.astype(np.intp, copy=False)
-    if indices.size and (indices.min() < -n_samples or indices.max() >= n_samples):
+    if indices.size and (indices.min() < 0 or indices.max() >= n_samples):
         raise ValueError(
             f"cv gave {what} indices outside [0, {n_samples}) for {n_samples} sequences.")
-    return np.unique(indices % n_samples)
+    unique = np.unique(indices)
+    if unique.size < indices.size:
+        # A fit on X[train] would count a repeated sequence twice; the groups cannot.
+        raise ValueError(
+            f"cv gave repeated {what} indices; each part must list a sequence at most once "
+            "(weigh sequences with sample_weight instead).")
+    return unique
 
 
 def cv_splits(cv, n_samples, groups=None):

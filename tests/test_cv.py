@@ -364,6 +364,9 @@ def test_a_fit_with_terms_and_a_penalty_decomposes_the_gram_matrix_once(monkeypa
     (dict(cv=[(np.arange(10), np.arange(5))]), ValueError,
      "split 0 of cv=.* puts sequences in both"),
     (dict(cv=[(np.arange(10), np.array([0.5]))]), ValueError, "cv must give test indices"),
+    (dict(cv=[(np.r_[0, 0, 1], np.arange(2, 30))]), ValueError, "repeated train indices"),
+    (dict(cv=[(np.arange(10), np.array([30]))]), ValueError,
+     r"cv gave test indices outside \[0, 30\)"),
     (dict(alpha=1.0), TypeError, "unexpected keyword argument 'alpha'"),
 ])
 def test_invalid_parameters_are_named(params, error, match):
