@@ -14,6 +14,9 @@ memory     peak memory of the streaming fit beyond X, 10**6 sequences,
            n = 32, d = 8 (<= 150 MB)
 cg         d = 64 fitted with solver="cg", N = 150 000, n = 16
            (<= 10 minutes and <= 4 GB peak)
+cv         LinearAttentionRegressorCV (5 folds, 8 alphas) / one plain fit at
+           the chosen alpha: digits next-row with positions (d = 15) and
+           synthetic data (<= 3)
 =========  ==================================================================
 
 Each row function takes a :class:`Context` and returns a list of
@@ -1060,6 +1063,51 @@ def row_dask(ctx):
     )]
 
 
+# ---------------------------------------------------------------------------
+# cv: the cross-validated search against one plain fit
+# ---------------------------------------------------------------------------
+
+CV_FULL = dict(settings=("digits", "synthetic"), n_samples=20_000, n_tokens=16, d=6)
+CV_QUICK = dict(settings=("synthetic",), n_samples=300, n_tokens=5, d=3)
+
+
+def row_cv(ctx):
+    """``LinearAttentionRegressorCV`` (5 folds, 8 alphas) against one plain fit.
+
+    ``benchmarks/cv_cost.py``: the search (the one pass with every fold's
+    statistics, every alpha of every split scored from them, the refit) and
+    ``LinearAttentionRegressor(alpha=alpha_)`` on the same data, interleaved;
+    the ratio of their wall times (best of the repeats).
+    """
+    from . import cv_cost
+
+    p = ctx.sizes(CV_FULL, CV_QUICK)
+    sizes = dict(n_samples=p["n_samples"], n_tokens=p["n_tokens"], d=p["d"])
+    results = []
+    for name in p["settings"]:
+        log(f"cv: {name}")
+        r = cv_cost.run_setting(name, 1, ctx.seed, sizes)
+        results.append(Result(
+            row="cv",
+            label=f"CV search (5 folds, 8 alphas) / plain fit, {name}",
+            setting=(f"N = {r['n_samples']}, n = {r['n_tokens']}, d = {r['d']} (psi = "
+                     f"{r['psi']}, rank {r['feature_rank']}), {r['params']}"),
+            measured=f"search {fmt_seconds(r['cv_seconds'])}",
+            baseline=f"plain fit at alpha = {r['alpha']:g} {fmt_seconds(r['plain_seconds'])}",
+            ratio=f"{r['ratio']:.2f}",
+            target="<= 3",
+            status=judge(ctx, r["ratio"] <= 3),
+            details=[
+                f"alpha_ = {r['alpha']:g}; held-out MSE {r['test_mse_cv']:.4g} (plain fit "
+                f"{r['test_mse_plain']:.4g}); largest prediction difference "
+                f"{r['max_prediction_difference']:.1e} of the largest prediction.",
+                "Stages of the search: " + "; ".join(f"{m} at {fmt_seconds(t)}"
+                                                     for m, t in r["stages"]) + ".",
+            ],
+        ))
+    return results
+
+
 ROWS = {
     "gram": row_gram,
     "adam": row_adam,
@@ -1067,4 +1115,5 @@ ROWS = {
     "memory": row_memory,
     "cg": row_cg,
     "dask": row_dask,
+    "cv": row_cv,
 }

@@ -20,6 +20,7 @@ from .layouts import (
     projections_from_heads,
 )
 from ._estimators import LinearAttentionRegressor
+from ._cv import LinearAttentionRegressorCV
 from ._transformer import LinearAttentionFeatures
 from ._io import load_model, save_model
 from .optimality import OptimalityReport, compare_to_optimum
@@ -37,6 +38,7 @@ __all__ = [
     "IdentifiabilityCertificate",
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
+    "LinearAttentionRegressorCV",
     "LocalCertificate",
     "OptimalityReport",
     "RepairResult",

@@ -344,7 +344,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         check_token_dim(self.token_dim)
         check_data_format(self.data_format)
         validate_random_state(self.random_state)
-        check_number(self.alpha, "alpha", low=0.0)
+        self._check_penalty()
         _check_n_heads(self.n_heads)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
@@ -352,9 +352,16 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         self._terms(1)
 
+    def _check_penalty(self):
+        check_number(self.alpha, "alpha", low=0.0)
+
+    def _fit_alpha(self):
+        """The unit-free penalty of the fit (a search sets it from its candidates)."""
+        return float(self.alpha)
+
     def _log(self, message, start):
         if self.verbose:
-            print(f"[LinearAttentionRegressor] {message} ({time.perf_counter() - start:.3f} s)")
+            print(f"[{type(self).__name__}] {message} ({time.perf_counter() - start:.3f} s)")
 
     def fit(self, X, y, sample_weight=None):
         """Fit the global least-squares optimum and convert it into heads.
@@ -418,7 +425,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def _finish(self, problem, solver, single_output, start):
         """The rest of every fit: solve, certify, heads, and the one conversion back."""
         model = fit_model(
-            problem, solver=solver, alpha=float(self.alpha), tol=float(self.tol),
+            problem, solver=solver, alpha=self._fit_alpha(), tol=float(self.tol),
             max_iter=self.max_iter, n_heads=self.n_heads, random_state=self.random_state,
             log=lambda message: self._log(message, start), **self._layout())
         if REGISTRY[model.solver].statistics:

@@ -27,6 +27,7 @@ from ._memory import resolve_budget
 from ._solvers import SOLVERS
 from ._standardize import TokenStandardizer
 from ._estimators import LinearAttentionRegressor
+from ._cv import LinearAttentionRegressorCV
 
 __all__ = ["load_model", "save_model"]
 
@@ -324,10 +325,13 @@ def save_model(model, path):
     :func:`load_model` never unpickles anything.  The identifiability
     certificate and the sufficient statistics are not stored: recompute the
     certificate from the data, and refit to continue with ``partial_fit``.
+    A :class:`LinearAttentionRegressorCV` is written as the model it
+    refitted, ``LinearAttentionRegressor(alpha=alpha_, ...)`` (what
+    :func:`load_model` returns).
 
     Parameters
     ----------
-    model : LinearAttentionRegressor
+    model : LinearAttentionRegressor or LinearAttentionRegressorCV
         A fitted model.
     path : str or path-like
         Destination; ``.npz`` is appended by numpy when missing.
@@ -361,6 +365,11 @@ def save_model(model, path):
         )
     check_is_fitted(model)
     params = model.get_params()
+    if isinstance(model, LinearAttentionRegressorCV):
+        # The search's parameters describe how alpha_ was chosen, not the model.
+        params = {name: params[name] for name in LinearAttentionRegressor().get_params()
+                  if name in params}
+        params["alpha"] = model.alpha_
     if isinstance(params["random_state"], np.random.RandomState):
         params["random_state"] = None
     params = {name: _json_value(name, value) for name, value in params.items()}

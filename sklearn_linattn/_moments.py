@@ -232,6 +232,11 @@ class MomentPass:
         Term columns of the statistics' targets.
     provisional : TokenStandardizer or None, default=None
         Coordinates to accumulate the statistics in (None: the first chunk's).
+    groups : ndarray of int, shape (n_samples,) or None, default=None
+        A group label ``0 .. n_groups - 1`` for every sequence of the pass, in
+        the order the chunks bring them: the statistics of each group are
+        accumulated separately (:meth:`group_statistics`), all in the same
+        coordinates, from the same pass (cross-validation folds).
 
     Attributes
     ----------
@@ -242,8 +247,13 @@ class MomentPass:
     """
 
     def __init__(self, d, d_out, readout, *, keep_rows=None, statistics=None, terms=None,
-                 provisional=None):
+                 provisional=None, groups=None):
         self.d, self.d_out, self.readout = int(d), d_out, readout
+        self._groups = None if groups is None else np.asarray(groups, dtype=np.intp)
+        n_groups = 1 if self._groups is None else int(self._groups.max(initial=-1)) + 1
+        self._group_samples = np.zeros(n_groups, dtype=np.int64)
+        self._seen = 0  # sequences read so far, zero weights included
+        self._noted = False
         self.scales = MomentScales(self.d, d_out)
         self._kept = None if keep_rows is None else _KeptRows(
             int(keep_rows), self.d, (d_out or 0) + (0 if not terms else terms.n_terms))
@@ -275,12 +285,16 @@ class MomentPass:
         for sl in iter_sample_chunks(n_samples, per_sample):
             sub = None if lengths is None else np.asarray(lengths)[sl]
             done = functools.partial(complete, offset=sl.start) if complete else None
+            labels = None if self._groups is None else self._groups[
+                self._seen + sl.start: self._seen + sl.stop]
             self._add(X[sl], sub, None if Y is None else Y[sl],
-                      None if sample_weight is None else np.asarray(sample_weight)[sl], done)
+                      None if sample_weight is None else np.asarray(sample_weight)[sl], done,
+                      labels)
+        self._seen += n_samples
         self._first = False
         return self
 
-    def _add(self, X, lengths, Y, w, complete):
+    def _add(self, X, lengths, Y, w, complete, labels=None):
         X64 = np.asarray(X, dtype=np.float64)
         S_seq, e = sequence_moments(X64, check=lengths is None)
         if lengths is None:
@@ -301,22 +315,35 @@ class MomentPass:
             self.scales.add_targets(np.asarray(Y, dtype=np.float64)[keep])
         if self._kept is None and not self._accumulate:
             return
-        rows, e = _raw_rows(X64, lengths, self.readout, Y, w, S_seq, e)
+        if self._kept is not None or labels is None:
+            rows, e_rows = _raw_rows(X64, lengths, self.readout, Y, w, S_seq, e)
         if self._kept is not None:
-            self._kept.append(rows, e)
-        if self._accumulate:
-            self._accumulate_rows(X64, lengths, Y, w, rows, e)
+            self._kept.append(rows, e_rows)
+        if not self._accumulate:
+            return
+        if labels is None:
+            self._accumulate_rows(X64, lengths, Y, w, rows, e_rows)
+            return
+        for group in np.unique(labels):
+            # Each group's sequences give their own rows, from the same moments.
+            idx = np.flatnonzero(labels == group)
+            Yg = None if Y is None else np.asarray(Y)[idx]
+            wg = None if w is None else np.asarray(w)[idx]
+            rows, e_rows = _raw_rows(X64[idx], lengths[idx], self.readout, Yg, wg, S_seq[idx], e)
+            self._accumulate_rows(X64[idx], lengths[idx], Yg, wg, rows, e_rows, group)
 
-    def _accumulate_rows(self, X, lengths, Y, w, rows, e):
+    def _accumulate_rows(self, X, lengths, Y, w, rows, e, group=0):
         """The rows of a sub-chunk into the statistics, in the provisional coordinates."""
         if self.provisional is None:
             # The first chunk's own coordinates (its scales so far are all of it).
             self.provisional = self.scales.finish()
         st = self.provisional
         if self.stats is None:
-            self.stats = self._make_statistics(st)
+            self.stats = [self._make_statistics(st) for _ in self._group_samples]
         if self.stats is False:
             return  # out of the provisional coordinates' range: a second pass
+        self._group_samples[group] += X.shape[0] if w is None else int(
+            np.count_nonzero(np.asarray(w) > 0))
         if st.collinear:
             mapped = standardized_rows(X, lengths, self.readout, st, Y=Y, sample_weight=w,
                                        terms=self._terms)
@@ -325,7 +352,7 @@ class MomentPass:
         if mapped.n_rows and not _moderate(mapped):
             self.stats = False
             return
-        self.stats.add_rows(mapped)
+        self.stats[group].add_rows(mapped)
 
     def statistics(self, standardizer):
         """The accumulated statistics in ``standardizer``'s coordinates, or None.
@@ -334,19 +361,37 @@ class MomentPass:
         the provisional coordinates' range, or final coordinates too far from
         the provisional ones for an accurate map of the Gram matrix (the map
         of ``G`` rounds at ``eps cond(K)**2``, with ``K`` the map of the
-        features, about ``cond(D)**3`` for the map D of the tokens).
+        features, about ``cond(D)**3`` for the map D of the tokens).  With
+        ``groups``, the statistics of all the groups together.
+        """
+        parts = self.group_statistics(standardizer)
+        if parts is None:
+            return None
+        total = parts[0] if len(parts) == 1 else parts[0].restandardized(standardizer)
+        for part in parts[1:]:
+            total.merge(part)
+        return total
+
+    def group_statistics(self, standardizer):
+        """The statistics of each group (a list) in ``standardizer``'s coordinates, or None.
+
+        None when they must be accumulated again, as for :meth:`statistics`.
         """
         if not self.stats:
             return None
-        stats = self.stats
-        stats.note_sequences(self.n_samples, self.n_tokens, self.dtype)
-        if stats.standardizer == standardizer:
-            return stats
-        D = feature_map(stats.standardizer, standardizer)[1]
+        parts = self.stats
+        if not self._noted:
+            self._noted = True
+            counts = [self.n_samples] if self._groups is None else self._group_samples
+            for part, n in zip(parts, counts):
+                part.note_sequences(int(n), self.n_tokens, self.dtype)
+        if parts[0].standardizer == standardizer:
+            return parts
+        D = feature_map(parts[0].standardizer, standardizer)[1]
         sv = np.linalg.svd(D, compute_uv=False)
         if not sv[-1] * _MAP_CONDITION >= sv[0]:
             return None
-        return stats.restandardized(standardizer)
+        return [part.restandardized(standardizer) for part in parts]
 
     def rows(self, standardizer, terms=None):
         """Every kept row in the standardizer's coordinates (targets with the term columns).

@@ -36,6 +36,7 @@ from ._solvers import (
     solve_statistics,
 )
 from ._solvers._rows import count_rows
+from ._solvers._solution import dense_solution
 from ._solvers.cg import cg_cache_dtype
 from ._standardize import MomentScales, refined_whitening
 from ._terms import LinearTerms
@@ -135,6 +136,20 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False)
     return np.dtype(np.float64)
 
 
+def _group_statistics_again(data, make, standardizer, groups, readout, d, d_out, terms):
+    """The groups' statistics accumulated in a second pass, in the final coordinates."""
+    again = MomentPass(d, d_out if d_out else None, readout, statistics=make,
+                       terms=terms if terms else None, provisional=standardizer, groups=groups)
+    for X, lengths, Y, w in data.solver_batches():
+        again.add(zero_padding(X, np.asarray(lengths)), lengths, Y if d_out else None, w)
+    parts = again.group_statistics(standardizer)
+    if parts is None:
+        raise ValueError(
+            "the sufficient statistics overflow float64: some sequences are many orders of "
+            "magnitude larger than the rest of the data; rescale or remove them.")
+    return parts
+
+
 class StandardizedProblem:
     """The least squares of a fit in standardized coordinates, and what solves it.
 
@@ -182,6 +197,10 @@ class StandardizedProblem:
         self._arrays = arrays
         self.scales = scales
         self._external = external
+        self.group_stats = None
+        # (statistics, solver, solution) of the last eigen-decomposition: it
+        # serves every alpha (a fit with terms and a penalty solves twice).
+        self._spectrum = None
 
     @property
     def d_out(self):
@@ -197,7 +216,7 @@ class StandardizedProblem:
 
     @classmethod
     def from_data(cls, data, *, readout, d_out, terms, keep=None, statistics=False,
-                  previous=None, standardizer=None, provisional=None):
+                  previous=None, standardizer=None, provisional=None, groups=None):
         """The problem of validated training data, in one pass where possible.
 
         Parameters
@@ -224,7 +243,14 @@ class StandardizedProblem:
         provisional : TokenStandardizer or None
             Coordinates to accumulate the statistics in during the pass (None:
             those of the first chunk); mapped into the final ones at the end.
+        groups : ndarray of int, shape (n_samples,) or None
+            With ``statistics``: a label ``0 .. n_groups - 1`` per sequence;
+            the statistics of each group are accumulated in the same pass and
+            the same (final) coordinates (``problem.group_stats``, a list),
+            and ``problem.stats`` is their sum (cross-validation folds).
         """
+        if groups is not None and not statistics:
+            raise ValueError("groups need statistics=True.")
         n_targets = d_out + terms.n_terms
         make = None
         if statistics:
@@ -241,7 +267,8 @@ class StandardizedProblem:
             shape[2], d_out if d_out else None, readout,
             keep_rows=None if keep is None else data.n_rows_bound(shape[1]),
             statistics=accumulate, terms=terms if terms else None,
-            provisional=standardizer if standardizer is not None else provisional)
+            provisional=standardizer if standardizer is not None else provisional,
+            groups=groups)
         for X, lengths, Y, w, complete in data.solver_batches(defer=True):
             moments.add(X, lengths, Y if d_out else None, w, complete)
         d = moments.d
@@ -269,7 +296,17 @@ class StandardizedProblem:
                 rows = moments.rows(standardizer, terms)
             if keep != np.float64:
                 rows = rows.astype(keep)
-        stats = moments.statistics(standardizer) if statistics else None
+        group_stats = None
+        if groups is not None:
+            group_stats = moments.group_statistics(standardizer)
+            if group_stats is None:
+                group_stats = _group_statistics_again(data, make, standardizer, groups,
+                                                      readout, d, d_out, terms)
+            stats = group_stats[0].restandardized(standardizer)  # a copy
+            for part in group_stats[1:]:
+                stats.merge(part)
+        else:
+            stats = moments.statistics(standardizer) if statistics else None
         if statistics and stats is None:
             # The provisional coordinates were too far from the final ones.
             stats = make(standardizer)
@@ -286,6 +323,7 @@ class StandardizedProblem:
         problem = cls(standardizer, counts, readout=readout, d_out=d_out, terms=terms,
                       rows=rows, stats=stats, arrays=arrays, scales=scales)
         problem._sequences = sequences
+        problem.group_stats = group_stats
         return problem
 
     @classmethod
@@ -349,7 +387,19 @@ class StandardizedProblem:
             if stats.n_rows == 0:
                 raise ValueError(
                     "every sequence has zero sample weight: there is nothing to fit.")
-            return solve_statistics(stats, alpha, solver)
+            cached = self._spectrum
+            if cached is not None and cached[0] is stats and cached[1] == solver:
+                # The same eigen-decomposition of G, another alpha: what the
+                # solver would compute again (its choice does not depend on alpha).
+                w, U = cached[2].eigenvalues, cached[2].eigenvectors
+                solution = dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh",
+                                          stats.standardizer)
+                solution.counts = stats
+                return solution
+            solution = solve_statistics(stats, alpha, solver)
+            if solution.method == "eigh" and solution.eigenvectors is not None:
+                self._spectrum = (stats, solver, solution)
+            return solution
         design = self.design()
         if design.n_rows == 0:
             raise ValueError("every sequence has zero sample weight: there is nothing to fit.")

@@ -9,6 +9,7 @@ from sklearn_linattn import (
     AdamLinearAttentionRegressor,
     LinearAttentionFeatures,
     LinearAttentionRegressor,
+    LinearAttentionRegressorCV,
 )
 from sklearn_linattn.preprocessing import PositionalEncoding
 from sklearn_linattn.utils import expected_failed_checks
@@ -20,6 +21,8 @@ from sklearn_linattn.utils import expected_failed_checks
     [
         LinearAttentionRegressor(),
         LinearAttentionRegressor(fit_intercept=True, fit_skip=True),
+        LinearAttentionRegressorCV(),
+        LinearAttentionRegressorCV(fit_intercept=True, fit_skip=True),
         LinearAttentionFeatures(),
         LinearAttentionFeatures(include_bias=True, include_skip=True),
         AdamLinearAttentionRegressor(max_epochs=3),
@@ -35,7 +38,7 @@ def test_sklearn_compatible(estimator, check):
 @pytest.mark.parametrize(
     "estimator",
     # (Adam's default 100 epochs fail the same checks, in several seconds.)
-    [LinearAttentionRegressor(), LinearAttentionFeatures(),
+    [LinearAttentionRegressor(), LinearAttentionRegressorCV(), LinearAttentionFeatures(),
      AdamLinearAttentionRegressor(max_epochs=3), PositionalEncoding()],
     ids=lambda est: type(est).__name__,
 )

@@ -109,14 +109,16 @@ INVENTORIES = {
         ]
         + _generated(_SK_GEN, [
             "sklearn.linear_model.RidgeCV", "sklearn.model_selection.GridSearchCV",
-            "sklearn.model_selection.KFold", "sklearn.pipeline.Pipeline",
+            "sklearn.model_selection.KFold", "sklearn.model_selection.GroupKFold",
+            "sklearn.model_selection.TimeSeriesSplit", "sklearn.pipeline.Pipeline",
             "sklearn.preprocessing.OneHotEncoder", "sklearn.preprocessing.StandardScaler",
             # scikit-learn documents its exceptions as classes.
             "sklearn.exceptions.ConvergenceWarning",
         ], "py:class")
         + _generated(_SK_GEN, [
             "sklearn.metrics.get_scorer", "sklearn.metrics.make_scorer",
-            "sklearn.metrics.mean_squared_error", "sklearn.model_selection.cross_val_score",
+            "sklearn.metrics.mean_squared_error", "sklearn.model_selection.check_cv",
+            "sklearn.model_selection.cross_val_score",
             "sklearn.model_selection.cross_validate", "sklearn.pipeline.make_pipeline",
         ], "py:function"),
     ),

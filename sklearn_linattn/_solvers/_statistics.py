@@ -83,6 +83,9 @@ class RowCounts:
     y_cross : ndarray of shape (d_out, d_out) or None
         Weighted cross moments ``Y^T W Y`` of the targets (``y_sq`` is its
         diagonal); the intercept and skip terms are eliminated from them.
+    y_sum : ndarray of shape (d_out,) or None
+        Weighted sums ``Y^T w`` of the targets (the means of a
+        cross-validation's R^2).
     n_rows : int
         Number of feature rows with positive weight.
     n_samples : int
@@ -118,6 +121,7 @@ class RowCounts:
         self.terms = None
         self.y_sq = None if self.d_out is None else np.zeros(self.d_out)
         self.y_cross = None if self.d_out is None else np.zeros((self.d_out, self.d_out))
+        self.y_sum = None if self.d_out is None else np.zeros(self.d_out)
         self.n_rows = 0
         self.n_samples = 0
         self.weight_sum = 0.0
@@ -210,6 +214,7 @@ class RowCounts:
             Yw = rows.Y if w is None else rows.Y * w[:, None]
             self.y_sq += np.einsum("ra,ra->a", Yw, rows.Y)
             self.y_cross += Yw.T @ rows.Y
+            self.y_sum += Yw.sum(axis=0)
         return self
 
     def _copy_into(self, standardizer):
@@ -233,6 +238,7 @@ class RowCounts:
             target_map = self._target_map(old, standardizer)
             out.y_cross = (target_map.T @ self.y_cross @ target_map) * wf
             out.y_sq = np.diagonal(out.y_cross).copy()
+            out.y_sum = (self.y_sum @ target_map) * wf
         out.weight_sum = self.weight_sum * wf
         out.min_weight = self.min_weight * wf
         return out, wf, target_map
@@ -307,6 +313,7 @@ class RowCounts:
         if self.y_sq is not None:
             self.y_sq += other.y_sq
             self.y_cross += other.y_cross
+            self.y_sum += other.y_sum
         self.n_rows += other.n_rows
         self.n_samples += other.n_samples
         self.weight_sum += other.weight_sum
@@ -405,8 +412,10 @@ class SufficientStatistics(RowCounts):
             self._accumulate_rows(S, x, w, Yr)
         else:
             self._accumulate_pairs(S, x, w)
-        if Yr is not None and self.n_features > _ROWS_UP_TO_PSI:
+        if Yr is not None:
             Yw = Yr if w is None else Yr * w[:, None]
+            self.y_sum += Yw.sum(axis=0)
+        if Yr is not None and self.n_features > _ROWS_UP_TO_PSI:
             self.moment += features_rmatvec(S, x, Yw).T
             self.y_sq += np.einsum("ra,ra->a", Yw, Yr)
             self.y_cross += Yw.T @ Yr

@@ -1,0 +1,670 @@
+"""The ridge penalty chosen by K-fold cross-validation from per-fold statistics.
+
+A fit is least squares on the cubic features, so everything a fold needs
+is in sufficient statistics: ``Phi^T W Phi``, ``Phi^T W Y``, ``Y^T W Y``,
+``Y^T w`` and the weight sum of its sequences.  :class:`LinearAttentionRegressorCV`
+gathers them for every fold in the one pass a plain fit makes
+(:meth:`~._problem.StandardizedProblem.from_data` with ``groups``: one set of
+statistics per group of sequences, all in the standardized coordinates of
+all the training data), scores every alpha of every split from them
+(:func:`cross_validated_scores`) and refits at the best alpha from their sum,
+without reading the data again.
+
+A split's training statistics are the sum of the groups in its training
+part; its coefficients solve the penalized normal equations exactly as a fit
+on those sequences in the same coordinates would (the solver's rule for
+zero eigenvalues, the penalty ``alpha * trace(G_train) / psi``, the terms
+eliminated as :mod:`._terms` does), and the held-out mean squared error is
+``(y^T W y - 2 c^T b + c^T G c) / W`` of the held-out statistics.
+
+Directions in which the Gram matrix of all the data vanishes vanish in every
+part of it (every row of every part is orthogonal to them), so a
+rank-deficient design is solved on the row space of all the data: each split
+then decomposes a matrix of the rank's size instead of psi's.
+
+The search is written for candidates beyond alpha: a candidate that changes
+the features (another token transform) needs a pass of its own, which gives
+another problem with its groups, scored for every alpha by the same
+:func:`cross_validated_scores`.
+"""
+
+import time
+
+import numpy as np
+import scipy.linalg
+from scipy.stats import rankdata
+from sklearn.model_selection import check_cv
+from sklearn.utils.metaestimators import available_if
+
+from ._dask import is_dask_collection
+from ._estimators import LinearAttentionRegressor
+from ._features import n_attention_features
+from ._memory import n_pairs, resolve_budget
+from ._problem import StandardizedProblem, keep_rows
+from ._solvers import STATISTICS_SOLVERS, choose_solver
+from ._solvers._solution import coef_from_gram, ridge_penalty
+from ._solvers.normal import _CHOLESKY_MARGIN, FULL_SPECTRUM_PSI, _cholesky
+from ._spectrum import (
+    descending_eigh,
+    eigenvalue_tolerance,
+    largest_eigenvalue,
+    smallest_eigenvalue_from_cholesky,
+)
+from ._terms import eliminate
+from ._training import TrainingData
+
+__all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scores",
+           "split_groups"]
+
+DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+# The scorers the statistics determine: the mean squared error (as scikit-learn's
+# "neg_mean_squared_error", greater is better) and R^2.
+SCORINGS = (None, "neg_mean_squared_error", "r2")
+# A split's training part is solved by one Cholesky factorization per positive
+# alpha up to this many alphas, else by one eigen-decomposition for all of them:
+# the tridiagonal reduction of an eigen-decomposition is bound by memory
+# traffic and costs as much as a dozen or more factorizations (psi = 1800:
+# 10-20 s against 0.4-0.6 s each on a loaded two-core machine).
+_CHOLESKY_SOLVES = 12
+_EPS = float(np.finfo(np.float64).eps)
+
+
+def _no_partial_fit(estimator):
+    raise AttributeError(
+        f"{type(estimator).__name__} has no partial_fit: every batch would need the folds "
+        "of the earlier ones. Fit it on all the data, or continue a "
+        "LinearAttentionRegressor(alpha=model.alpha_) with partial_fit."
+    )
+
+
+def _index_array(indices, n_samples, what):
+    """Sequence indices of one side of a split (integers or a boolean mask), checked."""
+    indices = np.asarray(indices)
+    if indices.dtype == bool:
+        if indices.shape != (n_samples,):
+            raise ValueError(
+                f"cv gave a boolean {what} mask of shape {indices.shape}; expected "
+                f"({n_samples},), one entry per sequence.")
+        return np.flatnonzero(indices)
+    if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
+        raise ValueError(
+            f"cv must give {what} indices as 1-D arrays of integers (sequence indices); got "
+            f"an array of dtype {indices.dtype} and shape {indices.shape}.")
+    indices = indices.astype(np.intp, copy=False)
+    if indices.size and (indices.min() < 0 or indices.max() >= n_samples):
+        raise ValueError(
+            f"cv gave {what} indices outside [0, {n_samples}) for {n_samples} sequences.")
+    unique = np.unique(indices)
+    if unique.size < indices.size:
+        # A fit on X[train] would count a repeated sequence twice; the groups cannot.
+        raise ValueError(
+            f"cv gave repeated {what} indices; each part must list a sequence at most once "
+            "(weigh sequences with sample_weight instead).")
+    return unique
+
+
+def cv_splits(cv, n_samples, groups=None):
+    """The (train, test) sequence indices of ``cv`` (``check_cv``'s reading), checked.
+
+    Folds are always of whole sequences: ``cv`` splits the sequences, never
+    the positions of one.
+    """
+    try:
+        raw = list(check_cv(cv).split(np.zeros((n_samples, 1)), None, groups))
+    except ValueError as exc:
+        raise ValueError(f"cv={cv!r} cannot split {n_samples} sequences: {exc}") from exc
+    if not raw:
+        raise ValueError(f"cv={cv!r} gave no split.")
+    splits = []
+    for k, (train, test) in enumerate(raw):
+        train = _index_array(train, n_samples, "train")
+        test = _index_array(test, n_samples, "test")
+        if train.size == 0 or test.size == 0:
+            raise ValueError(f"split {k} of cv={cv!r} has an empty train or test part.")
+        if np.intersect1d(train, test).size:
+            raise ValueError(
+                f"split {k} of cv={cv!r} puts sequences in both its train and its test part.")
+        splits.append((train, test))
+    return splits
+
+
+def split_groups(splits, n_samples):
+    """Groups of sequences that every split treats alike, and each split's groups.
+
+    Parameters
+    ----------
+    splits : list of (ndarray, ndarray)
+        Train and test sequence indices of each split.
+    n_samples : int
+
+    Returns
+    -------
+    labels : ndarray of int, shape (n_samples,)
+        Each sequence's group (sequences in the same part of every split
+        share one): K groups for K-fold, plus one for sequences no split uses.
+    parts : list of (ndarray, ndarray)
+        The groups of each split's train and test part.
+
+    Examples
+    --------
+    >>> from sklearn.model_selection import KFold
+    >>> from sklearn_linattn._cv import cv_splits, split_groups
+    >>> labels, parts = split_groups(cv_splits(KFold(3), 6), 6)
+    >>> labels.tolist(), [test.tolist() for _, test in parts]
+    ([0, 0, 1, 1, 2, 2], [[0], [1], [2]])
+    """
+    membership = np.zeros((n_samples, len(splits)), dtype=np.int8)
+    for k, (train, test) in enumerate(splits):
+        membership[train, k] = 1
+        membership[test, k] = 2
+    # Groups numbered in the order of their first sequence.
+    _, first, inverse = np.unique(membership, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))
+    labels = order[inverse.reshape(-1)]
+    patterns = np.empty((first.size, len(splits)), dtype=np.int8)
+    patterns[labels] = membership
+    parts = [(np.flatnonzero(patterns[:, k] == 1), np.flatnonzero(patterns[:, k] == 2))
+             for k in range(len(splits))]
+    return labels, parts
+
+
+def _summed(stats, which):
+    """The statistics of some groups together (a new object)."""
+    total = stats[which[0]].restandardized(stats[which[0]].standardizer)
+    for i in which[1:]:
+        total.merge(stats[i])
+    return total
+
+
+class _FoldSolver:
+    """The coefficients of one training part for any alpha, by the rule of the plain fit.
+
+    As ``"cholesky"`` does: a Cholesky factor when the Gram matrix is
+    positive definite with a margin (one factorization per penalty), else its
+    eigen-decomposition (every penalty from it, zero eigenvalues by
+    :func:`~._spectrum.eigenvalue_tolerance`); eigh at small sizes, or for many
+    penalties.  ``G`` may be the Gram matrix on a basis of the row space of
+    all the data; ``psi`` and ``trace`` are those of the whole training Gram
+    matrix, so that the tolerance and the penalty are the plain fit's.
+    """
+
+    def __init__(self, G, b, *, psi, trace, dtype, n_penalties):
+        self.b, self.psi, self.trace = b, psi, trace
+        self._factor = self._spectrum = None
+        m = G.shape[0]
+        if m == 0:
+            self._spectrum = (np.zeros(0), np.zeros((0, 0)), 0.0)
+            return
+        if m > FULL_SPECTRUM_PSI and n_penalties <= _CHOLESKY_SOLVES:
+            L = _cholesky(G.copy())
+            if L is not None:
+                tol = eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype)
+                # Each pivot L_ii**2 is at least lambda_min: a small one settles it.
+                if np.diagonal(L).min() ** 2 > _CHOLESKY_MARGIN * tol:
+                    found = smallest_eigenvalue_from_cholesky(L)
+                    if found is not None and found[0] > _CHOLESKY_MARGIN * tol:
+                        self._factor, self._G = L, G
+                        return
+        w, U = descending_eigh(G)
+        self._spectrum = (w, U, eigenvalue_tolerance(w[0], psi, dtype))
+
+    def coefs(self, alphas):
+        """Coefficients (n_alphas, n_targets, m) of the penalties ``alphas``."""
+        ridges = [ridge_penalty(alpha, self.trace, self.psi) for alpha in alphas]
+        if self._spectrum is None:
+            return np.stack([
+                scipy.linalg.cho_solve((self._factor, True), self.b, check_finite=False).T
+                if not ridge else coef_from_gram(self._G, self.b, ridge) for ridge in ridges])
+        # coef_from_spectrum's rule for every penalty, in one product with U.
+        w, U, tol = self._spectrum
+        proj = U.T @ self.b  # (m, n_targets)
+        inverse = np.zeros((len(ridges), w.size))
+        for i, ridge in enumerate(ridges):
+            keep = w > tol if ridge == 0 else w + ridge > 0
+            inverse[i, keep] = 1.0 / (w[keep] + ridge)
+        Z = inverse[:, :, None] * proj[None]  # (n_alphas, m, n_targets)
+        C = U @ Z.transpose(1, 0, 2).reshape(w.size, -1)
+        return C.reshape(w.size, len(ridges), -1).transpose(1, 2, 0)
+
+
+def _split_coefficients(train, basis, alphas, d_out, terms):
+    """Attention coefficients (n_alphas, d_out, m) and term coefficients of one training part."""
+    G = train.gram
+    trace = float(np.trace(G))
+    b = train.moment
+    if basis is not None:
+        G = basis.T @ (G @ basis)
+        G = (G + G.T) / 2
+        b = basis.T @ b
+    solver = _FoldSolver(G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
+                         n_penalties=np.unique(alphas[alphas > 0]).size)
+    n_terms = terms.n_terms
+    solved = solver.coefs(alphas)
+    if not n_terms:
+        return solved, np.zeros((alphas.size, 0, d_out))
+    coefs = np.empty((alphas.size, d_out, G.shape[0]))
+    betas = np.empty((alphas.size, n_terms, d_out))
+    for i, coef in enumerate(solved):
+        cross = b.T @ coef.T  # [Y, E]^T W Phi coef^T
+        betas[i], coefs[i] = eliminate(coef, train.y_cross, cross, d_out)
+    return coefs, betas
+
+
+def _held_out_errors(test, coefs, betas, basis, d_out):
+    """Weighted sums of squared held-out errors (n_alphas, d_out), standardized units."""
+    n_alphas, _, m = coefs.shape
+    C = coefs.reshape(-1, m).T  # (m, n_alphas * d_out)
+    if basis is not None:
+        C = basis @ C
+    quadratic = np.einsum("pk,pk->k", C, test.gram @ C).reshape(n_alphas, d_out)
+    linear = (test.moment.T @ C).reshape(-1, n_alphas, d_out).transpose(1, 0, 2)
+    # The targets less the terms: [Y, E] B with B = [I; -beta].
+    B = np.concatenate([np.broadcast_to(np.eye(d_out), (n_alphas, d_out, d_out)), -betas],
+                       axis=1)
+    constant = np.einsum("ita,ts,isa->ia", B, test.y_cross, B)
+    cross = np.einsum("ita,ita->ia", B, linear)
+    return np.maximum(constant - 2.0 * cross + quadratic, 0.0)
+
+
+def _split_scores(sse, test, scoring, y_exponents):
+    """Scores (n_alphas,) of one split from its held-out squared errors."""
+    W = test.weight_sum
+    d_out = sse.shape[1]
+    if scoring == "r2":
+        yy = np.diagonal(test.y_cross)[:d_out]
+        total = yy - test.y_sum[:d_out] ** 2 / W
+        constant = total <= 16 * _EPS * test.n_rows * yy
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r2 = np.where(constant, np.where(sse <= 16 * _EPS * test.n_rows * yy, 1.0, 0.0),
+                          1.0 - sse / np.where(constant, 1.0, total))
+        if test.n_rows < 2:  # scikit-learn's r2_score is not defined on one sample
+            return np.full(sse.shape[0], np.nan)
+        return r2.mean(axis=1)
+    with np.errstate(over="ignore"):
+        mse = np.ldexp(sse / W, 2 * y_exponents[None, :d_out])
+    if not np.all(np.isfinite(mse)):
+        raise ValueError(
+            "the held-out mean squared errors overflow float64 in the units of y; rescale y.")
+    return -mse.mean(axis=1)
+
+
+def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh"):
+    """Score every alpha on every split of a problem accumulated with groups.
+
+    Parameters
+    ----------
+    problem : StandardizedProblem
+        Built by ``from_data(..., statistics=True, groups=labels)``:
+        ``group_stats`` holds each group's statistics, ``stats`` their sum.
+    parts : list of (ndarray, ndarray)
+        The groups of each split's train and test part (:func:`split_groups`).
+    alphas : ndarray of shape (n_alphas,)
+        Unit-free penalties.
+    scoring : {None, "neg_mean_squared_error", "r2"}, default=None
+        None and ``"neg_mean_squared_error"``: minus the weighted mean squared
+        error over the held-out rows (averaged over outputs, in the units of
+        y); ``"r2"``: R^2 averaged over outputs.
+    solver : {"eigh", "cholesky"}, default="eigh"
+        The solver of the problem's own fit (its decomposition of all the
+        data gives the row space the splits are solved on, and serves the
+        refit).
+
+    Returns
+    -------
+    scores : ndarray of shape (n_alphas, n_splits)
+        Greater is better.
+    """
+    stats = problem.group_stats
+    d_out, terms = problem.d_out, problem.terms
+    whole = problem.solve(solver, 0.0)
+    basis = None
+    if whole.eigenvectors is not None and whole.rank < whole.n_features:
+        basis = whole.eigenvectors[:, : whole.rank]
+    st = problem.standardizer
+    y_exponents = (np.zeros(d_out, dtype=np.int64) if st.y_exponents is None
+                   else st.y_exponents)
+    scores = np.empty((alphas.size, len(parts)))
+    for k, (train_groups, test_groups) in enumerate(parts):
+        train, test = _summed(stats, train_groups), _summed(stats, test_groups)
+        if train.n_rows == 0 or test.n_rows == 0:
+            side = "train" if train.n_rows == 0 else "test"
+            raise ValueError(
+                f"the {side} part of split {k} holds no sequence of positive sample weight: "
+                "there is nothing to fit or to score.")
+        coefs, betas = _split_coefficients(train, basis, alphas, d_out, terms)
+        sse = _held_out_errors(test, coefs, betas, basis, d_out)
+        scores[:, k] = _split_scores(sse, test, scoring, y_exponents)
+    return scores
+
+
+def _checked_alphas(alphas):
+    """``alphas`` as a 1-D float array of finite non-negative values."""
+    try:
+        values = np.asarray(alphas, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"alphas must be a non-negative number or a 1-D array-like of them; got "
+            f"{alphas!r}.") from None
+    values = values.reshape(1) if values.ndim == 0 else values
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(
+            f"alphas must be a non-empty 1-D array-like of non-negative numbers; got an "
+            f"array of shape {np.shape(alphas)}.")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(f"alphas must be finite and non-negative; got {alphas!r}.")
+    return values
+
+
+class LinearAttentionRegressorCV(LinearAttentionRegressor):
+    """Linear attention with its ridge penalty chosen by cross-validation over sequences.
+
+    The same model as :class:`LinearAttentionRegressor`, for the ``alpha`` of
+    ``alphas`` with the best cross-validated score, in the manner of
+    scikit-learn's :class:`~sklearn.linear_model.RidgeCV`.  The search costs
+    about one plain fit, not one per candidate and fold: the data are read
+    once, the sufficient statistics of every fold gathered in that pass,
+    and each alpha of each split scored from them exactly (see Notes).  The
+    model is then refitted on all the data at ``alpha_`` from the same
+    statistics, and is ``LinearAttentionRegressor(alpha=alpha_, ...).fit(X,
+    y)`` to rounding: predictions, ``coef_``, heads, ``certificate_``.
+
+    Parameters
+    ----------
+    alphas : array-like of shape (n_alphas,) or float, \
+default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+        Candidate unit-free penalties (the ``alpha`` of
+        :class:`LinearAttentionRegressor`), non-negative; 0 (the exact
+        least squares, of minimum norm when the data do not determine it) is
+        allowed.
+    cv : int, cross-validation generator or iterable, default=5
+        How the *sequences* are split (folds never divide a sequence's
+        positions): an int k is k-fold over the sequences in their order
+        (:class:`~sklearn.model_selection.KFold`, not shuffled, as
+        :func:`~sklearn.model_selection.check_cv` reads it; pass
+        ``KFold(k, shuffle=True, random_state=...)`` for shuffled folds); a
+        splitter (``groups`` are passed to its ``split``) or an iterable of
+        ``(train, test)`` arrays of sequence indices.  Splits whose train parts
+        are not the complements of their test parts (``TimeSeriesSplit``) are
+        exact too.
+    readout : {"last", "all"}, default="last"
+        As in :class:`LinearAttentionRegressor`; with ``"all"`` every real
+        position of a held-out sequence is a scored sample.
+    fit_intercept : bool, default=False
+        A constant term, unpenalized, as in :class:`LinearAttentionRegressor`;
+        each split's fit includes it.
+    fit_skip : bool, default=False
+        A linear term in the row's token, unpenalized, as in
+        :class:`LinearAttentionRegressor`; each split's fit includes it.
+    n_heads : int or None, default=None
+        Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
+        the scores are those of the unconstrained least squares.
+    solver : {"auto", "eigh", "cholesky"}, default="auto"
+        The solver of the refit (``"auto"``: ``"eigh"`` for psi <= 64, else
+        ``"cholesky"``).  The search needs the psi x psi statistics, so the
+        solvers on the rows (``"svd"``, ``"dual"``, ``"cg"``, ``"lsmr"``) are
+        refused; each split is solved by the same rule of zero eigenvalues.
+    scoring : {None, "neg_mean_squared_error", "r2"}, default=None
+        None and ``"neg_mean_squared_error"``: minus the mean squared error
+        over the held-out rows (weighted by ``sample_weight``, averaged over
+        outputs, in the units of y), greater being better as in scikit-learn's
+        searches; ``"r2"``: R^2 averaged over outputs.  Other scorers need the
+        prediction of every held-out row, which statistics do not keep: use
+        :class:`~sklearn.model_selection.GridSearchCV` with
+        :func:`~sklearn_linattn.metrics.sequence_scorer` for them.
+    token_dim : int or None, default=None
+        Token dimension for 2-D X, as in :class:`LinearAttentionRegressor`.
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X, as in :class:`LinearAttentionRegressor`.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the head compression of the refit (``n_heads``).
+    verbose : int, default=0
+        Print the time of each stage (the pass, the search, the refit).
+    tol : float, default=1e-8
+        As in :class:`LinearAttentionRegressor`: only ``solver="cg"`` reads
+        it, which the search does not use (kept so that the parameters are
+        those of the plain estimator).
+    max_iter : int or None, default=None
+        As ``tol``.
+
+    Attributes
+    ----------
+    alpha_ : float
+        The chosen penalty: the best mean test score, the first of equal
+        ones in the order of ``alphas`` (as ``RidgeCV``).
+    best_score_ : float
+        Its mean test score.
+    best_index_ : int
+        Its index in ``alphas``.
+    cv_results_ : dict of ndarray
+        As in :class:`~sklearn.model_selection.GridSearchCV`: ``"param_alpha"``,
+        ``"params"``, ``"split{k}_test_score"``, ``"mean_test_score"``,
+        ``"std_test_score"`` and ``"rank_test_score"``.
+    n_splits_ : int
+        Number of splits.
+    coef_, intercept_, skip_coef_, value_matrices_, key_query_matrices_, \
+n_heads_, certificate_, standardization_, feature_rank_, solver_, n_iter_, \
+n_features_in_, n_outputs_, local_certificate_, compression_residual_
+        Those of the model refitted at ``alpha_`` (see
+        :class:`LinearAttentionRegressor`).
+
+    See Also
+    --------
+    LinearAttentionRegressor : the fit at one alpha.
+    sklearn.linear_model.RidgeCV : the same search for linear models.
+
+    Notes
+    -----
+    **Exact scores from statistics.**  Each split's training statistics are
+    the sum of those of its training sequences; its coefficients solve the
+    normal equations ``(G + alpha tr(G) / psi I) c = Phi^T W y`` of that part
+    (the penalty's trace that of the part's own Gram matrix, as a fit on it
+    would use; the linear terms unpenalized and eliminated exactly), and its
+    held-out error is ``(y^T W y - 2 c^T b + c^T G c) / W`` of the held-out
+    statistics.  At ``alpha = 0`` the coefficients are those of minimum norm
+    when the training part does not determine them, as a plain fit gives.
+    The errors are sums of large terms: held-out errors below about ``eps``
+    times the targets' energy are rounding (clipped at 0, so that an exact
+    fit scores 0).
+
+    **Coordinates.**  Every split is solved in the standardized coordinates
+    of all the training data (computed from X and the weights, never from y),
+    the coordinates of the refit.  A plain fit on a split's training
+    sequences alone would standardize them on their own: at ``alpha > 0`` its
+    penalty, and on a rank-deficient design its minimum-norm choice, may then
+    differ slightly from the split's here (the predictions of an identified
+    unpenalized fit do not depend on the coordinates).
+
+    **Cost.**  One pass over the data, as a plain fit (the statistics of the
+    k folds instead of one set), then per split one Cholesky factorization
+    per alpha or one eigen-decomposition, on the row space of all the data
+    when it is smaller than psi.  Memory: psi x psi statistics per fold.
+    Not for dask input, nor for data whose psi x psi statistics do not fit
+    in memory (``solver="cg"``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import LinearAttentionRegressorCV
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(300, 5, 3))
+    >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # a one-head MHLA, no noise
+    >>> model = LinearAttentionRegressorCV(cv=5).fit(X, y)
+    >>> model.alpha_, bool(model.certificate_)
+    (0.0, True)
+    >>> y_noisy = y + rng.normal(scale=3.0, size=300)
+    >>> model = LinearAttentionRegressorCV(alphas=np.logspace(-4, 2, 7)).fit(X, y_noisy)
+    >>> int(model.cv_results_["rank_test_score"][model.best_index_])
+    1
+    """
+
+    def __init__(
+        self,
+        alphas=DEFAULT_ALPHAS,
+        *,
+        cv=5,
+        readout="last",
+        fit_intercept=False,
+        fit_skip=False,
+        n_heads=None,
+        solver="auto",
+        scoring=None,
+        token_dim=None,
+        data_format="channels_last",
+        random_state=None,
+        verbose=0,
+        tol=1e-8,
+        max_iter=None,
+    ):
+        self.alphas = alphas
+        self.cv = cv
+        self.readout = readout
+        self.fit_intercept = fit_intercept
+        self.fit_skip = fit_skip
+        self.n_heads = n_heads
+        self.solver = solver
+        self.scoring = scoring
+        self.token_dim = token_dim
+        self.data_format = data_format
+        self.random_state = random_state
+        self.verbose = verbose
+        self.tol = tol
+        self.max_iter = max_iter
+
+    partial_fit = available_if(_no_partial_fit)(LinearAttentionRegressor.partial_fit)
+
+    def _check_penalty(self):
+        _checked_alphas(self.alphas)
+        if not (self.scoring is None or (isinstance(self.scoring, str)
+                                         and self.scoring in SCORINGS)):
+            raise ValueError(
+                f"scoring must be one of {SCORINGS}; got {self.scoring!r}. The search scores "
+                "from per-fold statistics, which give the squared errors and R^2 but not "
+                "the held-out predictions other scorers need: use GridSearchCV with "
+                "sklearn_linattn.metrics.sequence_scorer for those.")
+        if isinstance(self.cv, (bool, np.bool_)):
+            raise TypeError(f"cv must be an int, a splitter or an iterable; got {self.cv!r}.")
+        if not isinstance(self.solver, str) or self.solver not in (
+                ("auto",) + STATISTICS_SOLVERS):
+            raise ValueError(
+                f"solver must be one of {('auto',) + STATISTICS_SOLVERS}: the search scores "
+                f"every alpha from the psi x psi statistics of each fold; got "
+                f"solver={self.solver!r}. For data whose statistics do not fit in memory, "
+                "search alpha with LinearAttentionRegressor(solver='cg') in GridSearchCV.")
+
+    def _fit_alpha(self):
+        return self.alpha_
+
+    def fit(self, X, y, sample_weight=None, *, groups=None):
+        """Score every alpha by cross-validation, then refit at the best one.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Training sequences; trailing all-NaN tokens are padding.
+        y : array-like
+            Targets, as for :meth:`LinearAttentionRegressor.fit`.
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Non-negative weight of each sequence, in the fits and in the
+            scores.
+        groups : array-like of shape (n_samples,) or None, default=None
+            Group labels of the sequences, for a group splitter such as
+            :class:`~sklearn.model_selection.GroupKFold`.
+
+        Returns
+        -------
+        self : LinearAttentionRegressorCV
+            The estimator, refitted at ``alpha_``.
+
+        Raises
+        ------
+        ValueError
+            For dask input, a split with an empty part or a part without a
+            sequence of positive weight, or psi x psi statistics of every
+            fold larger than the memory budget.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn.model_selection import GroupKFold
+        >>> from sklearn_linattn import LinearAttentionRegressorCV
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(120, 4, 2))
+        >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1) + 0.1 * rng.normal(size=120)
+        >>> groups = np.repeat(np.arange(12), 10)  # e.g. 12 recordings of 10 sequences
+        >>> model = LinearAttentionRegressorCV(cv=GroupKFold(4)).fit(X, y, groups=groups)
+        >>> model.n_splits_, len(model.cv_results_["mean_test_score"])
+        (4, 8)
+        """
+        self._check_params()
+        start = time.perf_counter()
+        self._stats = self._scales = None
+        if is_dask_collection(X) or is_dask_collection(y):
+            raise ValueError(
+                f"{type(self).__name__} needs X and y in memory: the statistics of every "
+                "fold are gathered in one pass over them. For dask arrays, search alpha "
+                "with LinearAttentionRegressor in GridSearchCV.")
+        alphas = _checked_alphas(self.alphas)
+        data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
+        Xf, _, Yf, single, _ = data.first()
+        d, d_out = Xf.shape[2], Yf.shape[-1]
+        terms = self._terms(d)
+        psi = n_attention_features(d)
+        n_rows = data.n_rows_bound(Xf.shape[1])
+        if groups is not None:
+            groups = np.asarray(groups)
+            if groups.shape != (data.n_samples,):
+                raise ValueError(
+                    f"groups must have shape ({data.n_samples},), one label per sequence; "
+                    f"got shape {groups.shape}.")
+        labels, parts = split_groups(cv_splits(self.cv, data.n_samples, groups),
+                                     data.n_samples)
+        solver = choose_solver(self.solver, n_rows, psi, statistics=True)
+        self._check_memory(psi, d, int(labels.max()) + 1)
+        problem = StandardizedProblem.from_data(
+            data, readout=self.readout, d_out=d_out, terms=terms,
+            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms,
+                           direct=self.n_heads is not None and not terms),
+            statistics=True, groups=labels)
+        self._log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)",
+                  start)
+        scores = cross_validated_scores(problem, parts, alphas, scoring=self.scoring,
+                                        solver=solver)
+        problem.group_stats = None
+        self._set_results(alphas, scores)
+        self._log(f"{alphas.size} alphas scored on {len(parts)} splits, alpha_ = "
+                  f"{self.alpha_:g}", start)
+        self._scales = problem.scales
+        return self._finish(problem, solver, single, start)
+
+    def _check_memory(self, psi, d, n_groups):
+        """Refuse, before the pass, statistics of every group larger than the memory budget."""
+        P = n_pairs(d)
+        # The groups' compact statistics, their sum and a split's two sums; a
+        # split's Gram matrices, eigenvectors and products.
+        need = 8.0 * ((n_groups + 3) * n_pairs(P) * P + 5 * psi * psi)
+        budget = resolve_budget(None)
+        if need > budget:
+            raise ValueError(
+                f"{type(self).__name__} keeps psi x psi statistics for each of the {n_groups} "
+                f"groups of sequences its splits make (psi = {psi} at d = {d}): about "
+                f"{need / 2**30:.3g} GiB, more than the memory budget of "
+                f"{budget / 2**30:.3g} GiB. Use fewer splits (cv), or search alpha with "
+                "LinearAttentionRegressor(solver='cg') in GridSearchCV.")
+
+    def _set_results(self, alphas, scores):
+        """``cv_results_`` and the best alpha (the first of equal best scores)."""
+        means, stds = scores.mean(axis=1), scores.std(axis=1)
+        valid = ~np.isnan(means)
+        ranks = np.full(alphas.size, np.iinfo(np.int32).max, dtype=np.int32)
+        ranks[valid] = rankdata(-means[valid], method="min")
+        best = int(np.argmax(np.where(valid, means, -np.inf)))
+        results = {"param_alpha": np.ma.MaskedArray(alphas.copy(), mask=False),
+                   "params": [{"alpha": float(a)} for a in alphas]}
+        for k in range(scores.shape[1]):
+            results[f"split{k}_test_score"] = scores[:, k].copy()
+        results.update(mean_test_score=means, std_test_score=stds, rank_test_score=ranks)
+        self.cv_results_ = results
+        self.n_splits_ = scores.shape[1]
+        self.best_index_ = best
+        self.alpha_ = float(alphas[best])
+        self.best_score_ = float(means[best])
