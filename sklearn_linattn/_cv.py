@@ -395,7 +395,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     fit_skip : bool, default=False
         A linear term in the row's token, unpenalized, as in
         :class:`LinearAttentionRegressor`; each split's fit includes it.
-    n_heads : int or None, default=None
+    n_heads : int, "auto" or None, default=None
         Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
         the scores are those of the unconstrained least squares.
     solver : {"auto", "eigh", "cholesky"}, default="auto"

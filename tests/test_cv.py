@@ -192,6 +192,18 @@ def test_exact_teacher_chooses_alpha_zero_and_is_certified():
     assert model.cv_results_["rank_test_score"][0] == 1
 
 
+def test_fewest_heads_of_the_refit_with_n_heads_auto():
+    X, _, _ = make_data(7, n=300, noise=0.0)
+    rng = np.random.default_rng(7)
+    V, Q = rng.normal(size=(2, 1, 3)), rng.normal(size=(2, 3, 3))
+    y = mhla_forward(X, V, Q)[:, 0]
+    model = LinearAttentionRegressorCV(n_heads="auto", random_state=0).fit(X, y)
+    assert model.alpha_ == 0.0 and model.n_heads_ == 2
+    X_long = 10 * rng.normal(size=(5, 30, 3))
+    np.testing.assert_allclose(model.predict(X_long), mhla_forward(X_long, V, Q)[:, 0],
+                               rtol=1e-8)
+
+
 def test_rank_deficient_design_refit_is_the_minimum_norm_fit():
     # One-hot positions appended: the features are rank-deficient, so alpha = 0
     # is the minimum-norm solution, the same as the plain fit's.
