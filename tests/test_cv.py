@@ -67,7 +67,7 @@ def numpy_ridge_scores(model, X, y, lengths, splits, alphas, sample_weight, term
     E = np.concatenate([np.ones((len(rows), terms[0])), x_row[:, : X.shape[2] * terms[1]]],
                        axis=1)
     w = sample_weight[rows]
-    psi, n_terms = H.shape[1], E.shape[1]
+    psi = H.shape[1]
     ey = st.y_exponents[: Y.shape[1]]
     Ystd = np.ldexp(Y, -ey)
     scores = np.empty((len(alphas), len(splits)))
