@@ -41,7 +41,7 @@ numpydoc_xref_ignore = "all"
 numpydoc_xref_aliases = {
     # This package's public classes, wherever a docstring names them.
     **{name: f"sklearn_linattn.{name}" for name in (
-        "LinearAttentionRegressor", "LinearAttentionFeatures",
+        "LinearAttentionRegressor", "LinearAttentionRegressorCV", "LinearAttentionFeatures",
         "AdamLinearAttentionRegressor", "IdentifiabilityCertificate", "Witness",
         "OptimalityReport",
     )},

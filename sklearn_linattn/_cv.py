@@ -376,7 +376,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
         :class:`LinearAttentionRegressor`), non-negative; 0 (the exact
         least squares, of minimum norm when the data do not determine it) is
         allowed.
-    cv : int, cross-validation generator or iterable, default=5
+    cv : int, cross-validation splitter or iterable, default=5
         How the *sequences* are split (folds never divide a sequence's
         positions): an int k is k-fold over the sequences in their order
         (:class:`~sklearn.model_selection.KFold`, not shuffled, as
