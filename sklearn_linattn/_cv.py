@@ -40,7 +40,6 @@ from ._dask import is_dask_collection
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
-from ._problem import StandardizedProblem, keep_rows
 from ._solvers import STATISTICS_SOLVERS, choose_solver
 from ._solvers._solution import coef_from_gram, ridge_penalty
 from ._solvers.normal import _CHOLESKY_MARGIN, FULL_SPECTRUM_PSI, _cholesky
@@ -51,7 +50,6 @@ from ._spectrum import (
     smallest_eigenvalue_from_cholesky,
 )
 from ._terms import eliminate
-from ._training import TrainingData
 
 __all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scores",
            "split_groups"]
@@ -604,12 +602,8 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 "fold are gathered in one pass over them. For dask arrays, search alpha "
                 "with LinearAttentionRegressor in GridSearchCV.")
         alphas = _checked_alphas(self.alphas)
-        data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
-        Xf, _, Yf, single, _ = data.first()
-        d, d_out = Xf.shape[2], Yf.shape[-1]
-        terms = self._terms(d)
+        data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
         psi = n_attention_features(d)
-        n_rows = data.n_rows_bound(Xf.shape[1])
         if groups is not None:
             groups = np.asarray(groups)
             if groups.shape != (data.n_samples,):
@@ -620,11 +614,8 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                                      data.n_samples)
         solver = choose_solver(self.solver, n_rows, psi, statistics=True)
         self._check_memory(psi, d, int(labels.max()) + 1)
-        problem = StandardizedProblem.from_data(
-            data, readout=self.readout, d_out=d_out, terms=terms,
-            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms,
-                           direct=self.n_heads is not None and not terms),
-            statistics=True, groups=labels)
+        problem = self._one_pass(data, solver, d, d_out, n_rows, statistics=True,
+                                 groups=labels)
         self._log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)",
                   start)
         scores = cross_validated_scores(problem, parts, alphas, scoring=self.scoring,

@@ -405,22 +405,37 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._stats = self._scales = None
         if is_dask_collection(X) or is_dask_collection(y):
             return self._fit_dask(X, y, sample_weight, start)
-        data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout)
-        Xf, _, Yf, single, _ = data.first()
-        d, d_out = Xf.shape[2], Yf.shape[-1]
-        terms = self._terms(d)
+        data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
         psi = n_attention_features(d)
-        n_rows = data.n_rows_bound(Xf.shape[1])
         solver = choose_solver(self.solver, n_rows, psi)
         check_solver_memory(solver, n_rows, psi)
-        problem = StandardizedProblem.from_data(
-            data, readout=self.readout, d_out=d_out, terms=terms,
-            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms,
-                           direct=self.n_heads is not None and not terms),
-            statistics=REGISTRY[solver].statistics)
+        problem = self._one_pass(data, solver, d, d_out, n_rows,
+                                 statistics=REGISTRY[solver].statistics)
         self._log("standardized coordinates and rows (one pass)", start)
         self._scales = problem.scales
         return self._finish(problem, solver, single, start)
+
+    def _training_data(self, X, y, sample_weight, n_features_in=None):
+        """The validated training data and what its first batch fixes.
+
+        Returns ``(data, d, d_out, n_rows, single_output)``: the token
+        dimension, the number of outputs, a bound on the feature rows and
+        whether y has a single output.
+        """
+        data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout,
+                            n_features_in=n_features_in)
+        Xf, _, Yf, single, _ = data.first()
+        return data, Xf.shape[2], Yf.shape[-1], data.n_rows_bound(Xf.shape[1]), single
+
+    def _one_pass(self, data, solver, d, d_out, n_rows, *, statistics, groups=None):
+        """The standardized problem of the training data, from the one pass over them."""
+        terms = self._terms(d)
+        # Heads fitted to the rows directly need the rows (a compression without terms).
+        direct = self.n_heads is not None and not terms
+        return StandardizedProblem.from_data(
+            data, readout=self.readout, d_out=d_out, terms=terms,
+            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms, direct=direct),
+            statistics=statistics, groups=groups)
 
     def _finish(self, problem, solver, single_output, start):
         """The rest of every fit: solve, certify, heads, and the one conversion back."""
@@ -518,10 +533,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
             self._check_outputs(stats.d_out, previous, terms.n_terms)
         else:
-            data = TrainingData(X, y, sample_weight, layout=self._layout(),
-                                readout=self.readout, n_features_in=n_features_in)
-            Xf, _, Yf, single, _ = data.first()
-            d, d_out = Xf.shape[2], Yf.shape[-1]
+            data, d, d_out, _, single = self._training_data(X, y, sample_weight,
+                                                            n_features_in)
             terms = self._terms(d)
             self._check_outputs(d_out + terms.n_terms, previous, terms.n_terms)
             if previous is None:
