@@ -6,7 +6,7 @@ import sys
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["check_number", "validate_random_state"]
+__all__ = ["check_number", "check_option", "validate_random_state"]
 
 
 def check_number(
@@ -138,3 +138,17 @@ def validate_random_state(random_state, name="random_state"):
         f"{name} must be {expected}; got {random_state!r} of type "
         f"{type(random_state).__name__}."
     )
+
+
+def check_option(value, name, options):
+    """Check a parameter that takes one of a few strings; the message names it and them.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._params import check_option
+    >>> check_option("onehot", "kind", ("onehot", "sinusoidal"))
+    'onehot'
+    """
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {options}; got {value!r}.")
+    return value

@@ -27,7 +27,7 @@ import numpy as np
 from ._attention import mhla_forward
 from ._memory import default_memory_budget, real_tokens
 from ._validation import check_readout
-from ._params import check_number, validate_random_state
+from ._params import check_number, check_option, validate_random_state
 from .programs import run_dfa
 
 __all__ = [
@@ -47,12 +47,6 @@ def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(
         value, (bool, np.bool_)
     )
-
-
-def _check_option(value, name, options):
-    if not isinstance(value, str) or value not in options:
-        raise ValueError(f"{name} must be one of {options}; got {value!r}.")
-    return value
 
 
 def _check_bool(value, name):
@@ -390,9 +384,9 @@ def make_associative_memory(
     """
     n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
     d = check_number(d, "d", integer=True, low=1)
-    _check_option(distribution, "distribution", ("gaussian", "orthonormal", "mixture"))
+    check_option(distribution, "distribution", ("gaussian", "orthonormal", "mixture"))
     p_orthonormal = check_number(p_orthonormal, "p_orthonormal", low=0.0, high=1.0)
-    _check_option(targets, "targets", ("token", "value"))
+    check_option(targets, "targets", ("token", "value"))
     return_params = _check_bool(return_params, "return_params")
     rng = validate_random_state(random_state)
     _check_output_size(n_samples * ((d + 1) * 2 * d + 2 * d),
@@ -595,7 +589,7 @@ def make_dfa_execution(
     n_states = check_number(n_states, "n_states", integer=True, low=1)
     alphabet_size = check_number(alphabet_size, "alphabet_size", integer=True, low=1)
     word_length = check_number(word_length, "word_length", integer=True, low=1)
-    _check_option(targets, "targets", ("all", "history"))
+    check_option(targets, "targets", ("all", "history"))
     return_params = _check_bool(return_params, "return_params")
     rng = validate_random_state(random_state)
     n_chars = 5 * n_states * alphabet_size + 4 * word_length + 2

@@ -14,7 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._base import sequence_tags
 from ._memory import real_tokens, resolve_budget
-from ._params import check_number
+from ._params import check_number, check_option
 from ._validation import check_data_format, check_sequences
 
 __all__ = ["PositionalEncoding"]
@@ -24,12 +24,6 @@ ORIGINS = ("start", "end")
 HANDLE_UNKNOWN = ("error", "ignore")
 #: Channels of ``kind="sinusoidal"`` when ``n_positions`` is None: 4 frequencies.
 _DEFAULT_SINUSOIDAL_CHANNELS = 8
-
-
-def _check_choice(value, name, choices):
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {choices}; got {value!r}.")
-    return value
 
 
 def _sinusoidal_frequencies(n_channels, max_period):
@@ -164,9 +158,9 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         self.data_format = data_format
 
     def _check_params(self):
-        _check_choice(self.kind, "kind", KINDS)
-        _check_choice(self.origin, "origin", ORIGINS)
-        _check_choice(self.handle_unknown, "handle_unknown", HANDLE_UNKNOWN)
+        check_option(self.kind, "kind", KINDS)
+        check_option(self.origin, "origin", ORIGINS)
+        check_option(self.handle_unknown, "handle_unknown", HANDLE_UNKNOWN)
         check_data_format(self.data_format)
         check_number(self.max_period, "max_period", low=0, low_open=True)
         n = check_number(self.n_positions, "n_positions", integer=True, low=1, allow_none=True)
