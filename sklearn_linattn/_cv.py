@@ -41,7 +41,7 @@ from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
 from ._solvers import STATISTICS_SOLVERS, choose_solver
-from ._solvers._solution import coef_from_gram, ridge_penalty
+from ._solvers._solution import coef_from_gram, ridge_penalty, spectral_inverse
 from ._solvers.normal import _CHOLESKY_MARGIN, FULL_SPECTRUM_PSI, _cholesky
 from ._spectrum import (
     descending_eigh,
@@ -213,13 +213,11 @@ class _FoldSolver:
             return np.stack([
                 scipy.linalg.cho_solve((self._factor, True), self.b, check_finite=False).T
                 if not ridge else coef_from_gram(self._G, self.b, ridge) for ridge in ridges])
-        # coef_from_spectrum's rule for every penalty, in one product with U.
+        # Every penalty's spectral_inverse, in one product with U.
         w, U, tol = self._spectrum
         proj = U.T @ self.b  # (m, n_targets)
-        inverse = np.zeros((len(ridges), w.size))
-        for i, ridge in enumerate(ridges):
-            keep = w > tol if ridge == 0 else w + ridge > 0
-            inverse[i, keep] = 1.0 / (w[keep] + ridge)
+        inverse = np.array([spectral_inverse(w, ridge, tol) for ridge in ridges]).reshape(
+            len(ridges), w.size)
         Z = inverse[:, :, None] * proj[None]  # (n_alphas, m, n_targets)
         C = U @ Z.transpose(1, 0, 2).reshape(w.size, -1)
         return C.reshape(w.size, len(ridges), -1).transpose(1, 2, 0)

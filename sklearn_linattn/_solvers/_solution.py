@@ -10,7 +10,7 @@ from .._standardize import TokenStandardizer
 from .._units import _exponent
 
 __all__ = ["SpectralSolution", "coef_from_gram", "coef_from_spectrum", "dense_solution",
-           "ridge_penalty", "zero_design_solution"]
+           "ridge_penalty", "spectral_inverse", "zero_design_solution"]
 
 
 @dataclass
@@ -123,13 +123,22 @@ def coef_from_spectrum(w, U, moment, alpha, tol):
     """
     if moment is None:
         return None
-    wk = w[: U.shape[1]]
+    inv = spectral_inverse(w[: U.shape[1]], alpha, tol)
     proj = U.T @ moment  # (k, d_out)
-    denom = wk + alpha
-    keep = wk > tol if alpha == 0 else denom > 0
-    inv = np.zeros_like(wk)
-    inv[keep] = 1.0 / denom[keep]
     return (U @ (inv[:, None] * proj)).T
+
+
+def spectral_inverse(w, ridge, tol):
+    """``1 / (w + ridge)`` on the eigendirections a solve keeps, 0 on the others.
+
+    Unpenalized, eigenvalues at or below ``tol`` count as zero (the
+    minimum-norm solution); with a ridge, every direction it makes positive.
+    """
+    denom = w + ridge
+    keep = w > tol if ridge == 0 else denom > 0
+    inv = np.zeros_like(w)
+    inv[keep] = 1.0 / denom[keep]
+    return inv
 
 
 def ridge_penalty(alpha, trace, n_features):
