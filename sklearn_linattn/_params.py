@@ -6,7 +6,8 @@ import sys
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["check_number", "check_option", "validate_random_state"]
+__all__ = ["check_decays", "check_head_decays", "check_number", "check_option",
+           "validate_random_state"]
 
 
 def check_number(
@@ -152,3 +153,103 @@ def check_option(value, name, options):
     if not isinstance(value, str) or value not in options:
         raise ValueError(f"{name} must be one of {options}; got {value!r}.")
     return value
+
+
+def check_decays(decay, name="decay"):
+    """The fixed decays of a model's feature blocks, as a tuple (None: no decay).
+
+    A decay ``gamma`` weights a token ``s`` steps before the query by
+    ``gamma**s``; 1 is no decay.  One float is one block; a sequence gives one
+    block per decay, in the order given, so its entries must differ.
+
+    Parameters
+    ----------
+    decay : None, float or sequence of float
+        Each in (0, 1].
+    name : str, default="decay"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    decays : tuple of float or None
+
+    Raises
+    ------
+    TypeError
+        When an entry is not a real number.
+    ValueError
+        When an entry is outside (0, 1], the sequence is empty or has repeats.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._params import check_decays
+    >>> check_decays(0.9), check_decays([1.0, 0.5]), check_decays(None)
+    ((0.9,), (1.0, 0.5), None)
+    >>> check_decays([0.5, 0.5])
+    Traceback (most recent call last):
+        ...
+    ValueError: decay must hold distinct decays (one feature block each); got [0.5, 0.5].
+    """
+    if decay is None:
+        return None
+    if isinstance(decay, (numbers.Real, np.number)) and not isinstance(decay, (bool, np.bool_)):
+        return (check_number(decay, name, low=0.0, high=1.0, low_open=True),)
+    if isinstance(decay, (str, bytes)) or not hasattr(decay, "__len__"):
+        raise TypeError(
+            f"{name} must be None, a real number in (0, 1] or a sequence of them; got "
+            f"{decay!r} of type {type(decay).__name__}.")
+    values = np.asarray(decay, dtype=object).ravel() if np.ndim(decay) else None
+    if values is None or np.ndim(decay) != 1 or values.size == 0:
+        raise ValueError(
+            f"{name} must be None, a real number in (0, 1] or a non-empty 1-d sequence of "
+            f"them; got {decay!r}.")
+    out = tuple(check_number(v.item() if isinstance(v, np.generic) else v, f"{name}[{i}]",
+                             low=0.0, high=1.0, low_open=True) for i, v in enumerate(values))
+    if len(set(out)) != len(out):
+        raise ValueError(
+            f"{name} must hold distinct decays (one feature block each); got {decay!r}.")
+    return out
+
+
+def check_head_decays(decays, n_heads, name="decays"):
+    """The decay of every head as a float64 array of shape (n_heads,), or None.
+
+    Parameters
+    ----------
+    decays : None, float or array-like of shape (n_heads,)
+        Each in (0, 1]; one float is every head's decay.
+    n_heads : int
+    name : str, default="decays"
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    decays : ndarray of shape (n_heads,) or None
+
+    Examples
+    --------
+    >>> from sklearn_linattn._params import check_head_decays
+    >>> check_head_decays(0.5, 2)
+    array([0.5, 0.5])
+    >>> check_head_decays([1.0, 0.9, 0.9], 3)
+    array([1. , 0.9, 0.9])
+    """
+    if decays is None:
+        return None
+    if np.ndim(decays) == 0:
+        value = decays.item() if isinstance(decays, np.generic) else decays
+        return np.full(int(n_heads), check_number(value, name, low=0.0, high=1.0,
+                                                  low_open=True))
+    try:
+        arr = np.asarray(decays, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be None, a real number in (0, 1] or an array of one per head; got "
+            f"{decays!r}.") from None
+    if arr.shape != (int(n_heads),):
+        raise ValueError(
+            f"{name} must have one decay per head, shape ({int(n_heads)},); got shape "
+            f"{arr.shape}.")
+    if not np.all((arr > 0) & (arr <= 1)):
+        raise ValueError(f"{name} must hold real numbers in (0, 1]; got {arr.tolist()!r}.")
+    return arr
