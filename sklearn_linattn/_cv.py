@@ -394,6 +394,9 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     n_heads : int, "auto" or None, default=None
         Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
         the scores are those of the unconstrained least squares.
+    decay : None, float or sequence of float, default=None
+        Fixed decays, as in :class:`LinearAttentionRegressor` (one block of
+        features per decay); every split is fitted with them.
     solver : {"auto", "eigh", "cholesky"}, default="auto"
         The solver of the refit (``"auto"``: ``"eigh"`` for psi <= 64, else
         ``"cholesky"``).  The search needs the psi x psi statistics, so the
@@ -502,6 +505,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         fit_intercept=False,
         fit_skip=False,
         n_heads=None,
+        decay=None,
         solver="auto",
         scoring=None,
         token_dim=None,
@@ -517,6 +521,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         self.fit_intercept = fit_intercept
         self.fit_skip = fit_skip
         self.n_heads = n_heads
+        self.decay = decay
         self.solver = solver
         self.scoring = scoring
         self.token_dim = token_dim
@@ -601,7 +606,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 "with LinearAttentionRegressor in GridSearchCV.")
         alphas = _checked_alphas(self.alphas)
         data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
-        psi = n_attention_features(d)
+        psi = self._n_blocks() * n_attention_features(d)
         if groups is not None:
             groups = np.asarray(groups)
             if groups.shape != (data.n_samples,):
@@ -627,10 +632,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
 
     def _check_memory(self, psi, d, n_groups):
         """Refuse, before the pass, statistics of every group larger than the memory budget."""
-        P = n_pairs(d)
+        P = self._n_blocks() * n_pairs(d)
         # The groups' compact statistics, their sum and a split's two sums; a
         # split's Gram matrices, eigenvectors and products.
-        need = 8.0 * ((n_groups + 3) * n_pairs(P) * P + 5 * psi * psi)
+        need = 8.0 * ((n_groups + 3) * n_pairs(P) * n_pairs(d) + 5 * psi * psi)
         budget = resolve_budget(None)
         if need > budget:
             raise ValueError(

@@ -30,7 +30,6 @@ import numpy as np
 
 from ._dask import _check_outputs, _compute, _distributed_client, _on_block, block_tasks, \
     tree_reduce
-from ._features import n_attention_features
 from ._solvers import Design, RowCounts
 from ._solvers._rows import count_rows
 from ._solvers.cg import _ImplicitGram, cg_cache_dtype, solve_implicit
@@ -306,7 +305,7 @@ def dask_solve_cg(X, y, *, standardizer, readout="last", token_dim=None, sample_
             raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
         setup_seconds = time.monotonic() - start
         name = tokenize(token, alpha, tol, max_iter)
-        op = _DaskGram(blocks, n_attention_features(counts.d), exact, split_every=split_every,
+        op = _DaskGram(blocks, standardizer.n_features, exact, split_every=split_every,
                        deadline=deadline, name=name, timeout=timeout)
         solution = solve_implicit(op, setup, standardizer=standardizer, dtype=counts.dtype,
                                   alpha=alpha, options=dict(tol=tol, max_iter=max_iter,

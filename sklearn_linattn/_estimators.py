@@ -15,7 +15,7 @@ from ._dask import (
 )
 from ._dask_cg import dask_solve_cg
 from ._features import features_matvec, n_attention_features, row_factors
-from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values
+from ._memory import iter_sample_chunks, real_tokens, sample_values
 from ._model import fit_model
 from ._problem import StandardizedProblem, keep_rows
 from ._solvers import (
@@ -35,7 +35,7 @@ from ._validation import (
     check_readout,
     check_token_dim,
 )
-from ._params import check_number, validate_random_state
+from ._params import check_decays, check_number, validate_random_state
 
 __all__ = ["LinearAttentionRegressor"]
 
@@ -115,6 +115,19 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         has no exact form (``"cg"`` on Dask input) its upper bound is judged.
         It never warns; ``n_heads_`` is the count chosen (the user guide on
         compression describes the search and its measurements).
+        With ``decay``, each decay's group of heads is compressed on its own:
+        an integer is the most heads per decay, ``"auto"`` the fewest per
+        decay, judged on the fit of all the groups together; heads are not
+        fitted to the data directly.
+    decay : None, float or sequence of float, default=None
+        Fixed decays in (0, 1] (retention with fixed decays): a head of decay
+        gamma attends to ``sum_t gamma**(r - t) x_t x_t^T`` at row position
+        r, so a token s steps back weighs ``gamma**s`` (for ``readout="last"``
+        counted from the last real token).  A sequence gives one block of
+        psi features and one group of heads per decay (in the order given;
+        1.0 is the plain layer), all fitted jointly, exactly, and certified
+        together; ``head_decays_`` gives each head's decay.  None: no decay
+        (the paper's layer).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         How the least squares is solved (N feature rows, psi features, P =
         d (d + 1) / 2); all give the same fit and verdict, to rounding (to
@@ -183,9 +196,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (d_out, psi)
+    coef_ : ndarray of shape (d_out, psi) or (d_out, n_decays * psi)
         Folded coefficients p of the fitted model: ``y = H(X) @ coef_.T``
-        (plus ``intercept_ + x_last @ skip_coef_.T`` with the terms).
+        (plus ``intercept_ + x_last @ skip_coef_.T`` with the terms); with
+        ``decay``, one block of psi per decay, in the order of ``decay``.
     intercept_ : ndarray of shape (d_out,)
         The constant term (zeros without ``fit_intercept``).
     skip_coef_ : ndarray of shape (d_out, d)
@@ -194,6 +208,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Value matrices V_h, one per returned head (H = ``n_heads_``).
     key_query_matrices_ : ndarray of shape (H, d, d)
         Fused key-query matrices Q_h.
+    head_decays_ : ndarray of shape (H,) or None
+        The decay of each head (with ``decay``; the heads come block by
+        block), for :func:`~sklearn_linattn.mhla_forward` and
+        :func:`~sklearn_linattn.nn.to_torch`.  None without ``decay``.
     n_heads_ : int
         Number of heads returned (with ``n_heads="auto"``, the count chosen).
     local_certificate_ : LocalCertificate or None
@@ -313,6 +331,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         *,
         alpha=0.0,
         n_heads=None,
+        decay=None,
         solver="auto",
         token_dim=None,
         data_format="channels_last",
@@ -326,6 +345,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.readout = readout
         self.alpha = alpha
         self.n_heads = n_heads
+        self.decay = decay
         self.solver = solver
         self.token_dim = token_dim
         self.data_format = data_format
@@ -346,11 +366,17 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         validate_random_state(self.random_state)
         self._check_penalty()
         _check_n_heads(self.n_heads)
+        check_decays(self.decay)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
         check_number(self.tol, "tol", low=0.0, low_open=True)
         check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         self._terms(1)
+
+    def _n_blocks(self):
+        """Number of feature blocks (decays)."""
+        decays = check_decays(self.decay)
+        return 1 if decays is None else len(decays)
 
     def _check_penalty(self):
         check_number(self.alpha, "alpha", low=0.0)
@@ -406,7 +432,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         if is_dask_collection(X) or is_dask_collection(y):
             return self._fit_dask(X, y, sample_weight, start)
         data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
-        psi = n_attention_features(d)
+        psi = self._n_blocks() * n_attention_features(d)
         solver = choose_solver(self.solver, n_rows, psi)
         check_solver_memory(solver, n_rows, psi)
         problem = self._one_pass(data, solver, d, d_out, n_rows,
@@ -431,11 +457,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """The standardized problem of the training data, from the one pass over them."""
         terms = self._terms(d)
         # Heads fitted to the rows directly need the rows (a compression without terms).
-        direct = self.n_heads is not None and not terms
+        direct = self.n_heads is not None and not terms and self.decay is None
         return StandardizedProblem.from_data(
             data, readout=self.readout, d_out=d_out, terms=terms,
-            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms, direct=direct),
-            statistics=statistics, groups=groups)
+            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms, direct=direct,
+                           n_blocks=self._n_blocks()),
+            statistics=statistics, groups=groups, decays=check_decays(self.decay))
 
     def _finish(self, problem, solver, single_output, start):
         """The rest of every fit: solve, certify, heads, and the one conversion back."""
@@ -524,6 +551,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"partial_fit (fit_intercept={self._stats_terms[0]}, fit_skip="
                 f"{self._stats_terms[1]}); call fit to start afresh."
             )
+        if previous is not None and previous.standardizer.decays != check_decays(self.decay):
+            raise ValueError(
+                f"decay must stay {previous.standardizer.decays!r} between calls to "
+                f"partial_fit; got decay={self.decay!r}. Call fit to start afresh.")
         earlier = getattr(self, "_scales", None) if previous is not None else None
         given = previous.standardizer if previous is not None and earlier is None else None
         if is_dask_collection(X) or is_dask_collection(y):
@@ -538,14 +569,15 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             terms = self._terms(d)
             self._check_outputs(d_out + terms.n_terms, previous, terms.n_terms)
             if previous is None:
-                self._check_statistics_fit(d)
+                self._check_statistics_fit(d, self._n_blocks())
             # The standardized coordinates of all the data seen so far.  This
             # call's batch is accumulated separately, so that an invalid chunk
             # leaves the model as it was.
             problem = StandardizedProblem.from_data(
                 data, readout=self.readout, d_out=d_out, terms=terms, statistics=True,
                 previous=earlier, standardizer=given,
-                provisional=None if previous is None else previous.standardizer)
+                provisional=None if previous is None else previous.standardizer,
+                decays=check_decays(self.decay))
             stats, scales = problem.statistics(), problem.scales
         if previous is not None:
             stats = previous.restandardized(stats.standardizer).merge(stats)
@@ -591,9 +623,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             )
 
     @staticmethod
-    def _check_statistics_fit(d):
+    def _check_statistics_fit(d, n_blocks=1):
         """Refuse psi x psi statistics larger than the memory budget, before accumulating."""
-        psi = n_attention_features(d)
+        psi = n_blocks * n_attention_features(d)
         if choose_solver("auto", psi, psi) == "cg":
             need = solver_memory("eigh", psi, psi)
             raise ValueError(
@@ -606,7 +638,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """``fit`` on dask input: statistics reduced on the workers, or "cg" on the blocks."""
         choose_solver(self.solver, 1, 1, dask=True)  # refuses solvers without a dask path
         kwargs, scales, standardizer, terms = self._dask_coordinates(X, y, sample_weight)
-        psi = n_attention_features(standardizer.d)
+        psi = standardizer.n_features
         solver = choose_solver(self.solver, psi, psi, dask=True)
         if REGISTRY[solver].dask == "statistics":
             stats, _, single = dask_sufficient_statistics(
@@ -644,7 +676,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         scales = dask_scales(X, y, **kwargs)
         if earlier is not None:
             scales = earlier.copy().merge(scales)
-        standardizer = given if given is not None else dask_coordinates(scales, X, y, **kwargs)
+        standardizer = given if given is not None else dask_coordinates(
+            scales, X, y, **kwargs).with_decays(check_decays(self.decay))
         return kwargs, scales, standardizer, self._terms(standardizer.d)
 
     def _fit_statistics(self, stats, *, single_output=False, start=None):
@@ -743,12 +776,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """
         X, lengths = self._validate_X(X)
         n_samples, n_tokens, d = X.shape
-        P = n_pairs(d)
         k = self.coef_.shape[0]
         st = getattr(self, "standardization_", None)
         coef = getattr(self, "_standardized_coef", None)
         if st is None or coef is None:
-            st, coef = TokenStandardizer.identity(d, k), self.coef_
+            st, coef = TokenStandardizer.identity(d, k, check_decays(self.decay)), self.coef_
+        P = st.n_moments
         real = real_tokens(lengths, n_tokens)
         if self.readout == "last":
             Y = np.empty((n_samples, k))
@@ -759,7 +792,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             # Standardized like the training data, then each sequence scaled by
             # a power of two 2**-f (its outputs scale by 2**(3 f), exactly).
             Xc, f = scale_per_sample(st.transform(X[sl]), safe=SAFE_EXPONENT)
-            S, x, sample = row_factors(Xc, lengths[sl], self.readout)
+            S, x, sample = row_factors(Xc, lengths[sl], self.readout, st.decays)
             S = st.scale_moments(S)
             out = st.outputs_to_user(np.ldexp(features_matvec(S, x, coef),
                                               3 * f[sample, None]))

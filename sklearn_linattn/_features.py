@@ -6,6 +6,12 @@ the p-th pair of ``np.triu_indices(d)`` (row-major upper triangle, j <= k) and
 ``S = sum_t x_t x_t^T``.  This is the paper's Algorithm 2 with no rescaling of
 the off-diagonal pairs, so eigenvalues can be compared with the paper's.
 
+With fixed decays ``(gamma_1, ..., gamma_K)`` the features are K such blocks
+side by side, block b built from the decayed moment ``S = sum_t gamma_b**(r - t)
+x_t x_t^T`` (r the row's position): column ``(b * P + p) * d + l``.  The row
+factors are then the K decayed moments side by side and the last token, so
+every product of the rows below holds unchanged.
+
 All functions take zero-filled padded arrays and lengths as returned by
 :func:`sklearn_linattn._validation.check_sequences`: zero tokens contribute
 nothing to ``S``.
@@ -15,6 +21,7 @@ import functools
 
 import numpy as np
 
+import scipy.signal
 import scipy.sparse
 
 from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
@@ -113,6 +120,45 @@ def folded_second_moments(X):
     return np.take(S.reshape(n_samples, d * d), j * d + k, axis=1)
 
 
+def _decayed_last_moments(X, lengths, decay):
+    """Folded ``S = sum_t decay**(n - 1 - t) x_t x_t^T`` per sequence (n its length)."""
+    n_samples, n_tokens, d = X.shape
+    age = (np.asarray(lengths)[:, None] - 1 - np.arange(n_tokens)[None, :]).astype(np.float64)
+    # Half the age on each side of the product; padded tokens are zero anyway.
+    with np.errstate(under="ignore"):
+        root = np.power(decay, 0.5 * np.maximum(age, 0.0)).astype(X.dtype, copy=False)
+    return folded_second_moments(X * root[:, :, None])
+
+
+def decayed_moments(X, lengths, decays=None):
+    """The row moments of readout "last": the folded (decayed) moment of each block side by side.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Zero-padded sequences.
+    lengths : ndarray of shape (n_samples,)
+    decays : tuple of float or None
+        None: the plain moments ``sum_t x_t x_t^T``.
+
+    Returns
+    -------
+    S : ndarray of shape (n_samples, n_blocks * P)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._features import decayed_moments
+    >>> X = np.array([[[1.0], [2.0]]])
+    >>> decayed_moments(X, np.array([2]), (1.0, 0.5))  # 1 + 4, then 0.5 * 1 + 4
+    array([[5. , 4.5]])
+    """
+    if decays is None:
+        return folded_second_moments(X)
+    return np.concatenate([folded_second_moments(X) if g == 1.0
+                           else _decayed_last_moments(X, lengths, g) for g in decays], axis=1)
+
+
 def last_tokens(X, lengths):
     """The last real token of each sequence, shape (n_samples, d)."""
     if lengths.size and lengths.min() == X.shape[1]:
@@ -129,8 +175,11 @@ def _outer_features(S_folded, x):
     return out.reshape(*lead, -1)
 
 
-def _prefix_moments(X):
+def _prefix_moments(X, decays=None):
     """Folded running moments S_t = sum_{s <= t} x_s x_s^T, shape (n, n_tokens, P).
+
+    With ``decays``, ``S_t = sum_{s <= t} gamma**(t - s) x_s x_s^T`` for each
+    decay, the blocks side by side: shape (n, n_tokens, n_blocks * P).
 
     The result is a transposed view of a (P, n, n_tokens) array: products
     and running sums then run along contiguous token axes (several times
@@ -140,14 +189,23 @@ def _prefix_moments(X):
     """
     j, k = pair_indices(X.shape[2])
     Xt = np.ascontiguousarray(X.transpose(2, 0, 1))
-    S = np.empty((j.size,) + Xt.shape[1:], dtype=Xt.dtype)
-    for p in range(j.size):
+    P = j.size
+    decays = (1.0,) if decays is None else decays
+    S = np.empty((len(decays) * P,) + Xt.shape[1:], dtype=Xt.dtype)
+    for p in range(P):
         np.multiply(Xt[j[p]], Xt[k[p]], out=S[p])
-    np.cumsum(S, axis=2, out=S)
+    for b, g in enumerate(decays):
+        block = S[b * P:(b + 1) * P]
+        if g == 1.0:
+            np.cumsum(S[:P], axis=2, out=block)
+        else:
+            # The recurrence S_t = g S_{t-1} + x_t x_t^T along the tokens, in C.
+            with np.errstate(under="ignore"):
+                block[...] = scipy.signal.lfilter([1.0], [1.0, -g], S[:P], axis=2)
     return S.transpose(1, 2, 0)
 
 
-def row_factors(X, lengths, readout="last"):
+def row_factors(X, lengths, readout="last", decays=None):
     """The two factors of each feature row: ``H_row = kron(S_row, x_row)``.
 
     Every feature row is the row-wise Kronecker product of a folded second
@@ -163,11 +221,14 @@ def row_factors(X, lengths, readout="last"):
         ``"last"``: one row per sequence.  ``"all"``: one row per real token,
         the features of the prefix ending there (padded positions dropped),
         in sample-major order.
+    decays : tuple of float or None, default=None
+        Fixed decays of the feature blocks (None: one block, no decay).
 
     Returns
     -------
-    S : ndarray of shape (n_rows, d * (d + 1) // 2)
-        Folded second moments of the rows (of the prefixes for ``"all"``).
+    S : ndarray of shape (n_rows, n_blocks * d * (d + 1) // 2)
+        Folded second moments of the rows (of the prefixes for ``"all"``),
+        one decayed moment per block side by side.
     x : ndarray of shape (n_rows, d)
         Last token of each row.
     sample : ndarray of int, shape (n_rows,)
@@ -186,11 +247,12 @@ def row_factors(X, lengths, readout="last"):
     True
     """
     if readout == "last":
-        return folded_second_moments(X), last_tokens(X, lengths), np.arange(X.shape[0])
+        return (decayed_moments(X, lengths, decays), last_tokens(X, lengths),
+                np.arange(X.shape[0]))
     n_samples, n_tokens, d = X.shape
     # (P, n_samples, n_tokens) running moments; rows are taken along the last
     # two axes so that S comes out as the transpose of a contiguous array.
-    St = _prefix_moments(X).transpose(2, 0, 1)
+    St = _prefix_moments(X, decays).transpose(2, 0, 1)
     if lengths.size == 0 or lengths.min() == n_tokens:
         # No padding: every position is a row, in the same sample-major order.
         return (St.reshape(St.shape[0], -1).T, X.reshape(-1, d),
@@ -276,7 +338,7 @@ def features_rmatvec(S, x, R):
     return (S.T @ Z).reshape(P, d, k).transpose(2, 0, 1).reshape(k, P * d)
 
 
-def attention_features(X, lengths):
+def attention_features(X, lengths, decays=None):
     """The feature map H: one row of psi cubic features per sequence.
 
     Parameters
@@ -285,11 +347,14 @@ def attention_features(X, lengths):
         Zero-padded sequences.
     lengths : ndarray of shape (n_samples,)
         Number of real tokens per sequence.
+    decays : tuple of float or None, default=None
+        Fixed decays: one block of psi features per decay.
 
     Returns
     -------
-    H : ndarray of shape (n_samples, psi)
-        ``H[i, p * d + l] = S_i[j_p, k_p] * X[i, lengths[i] - 1, l]``.
+    H : ndarray of shape (n_samples, n_blocks * psi)
+        ``H[i, p * d + l] = S_i[j_p, k_p] * X[i, lengths[i] - 1, l]`` (block
+        b at offset ``b * psi``, from the decayed moment).
 
     Examples
     --------
@@ -299,10 +364,10 @@ def attention_features(X, lengths):
     >>> attention_features(X, np.array([2]))
     array([[30.   ,  5.   , 10.5  ,  1.75 , 12.75 ,  2.125]])
     """
-    return _outer_features(folded_second_moments(X), last_tokens(X, lengths))
+    return _outer_features(decayed_moments(X, lengths, decays), last_tokens(X, lengths))
 
 
-def prefix_features(X, lengths):
+def prefix_features(X, lengths, decays=None):
     """Features of every prefix, for the causal readout ``"all"``.
 
     Uses a cumulative sum of the folded outer products, so the n prefixes are
@@ -313,14 +378,16 @@ def prefix_features(X, lengths):
     X : ndarray of shape (n_samples, n_tokens, d)
         Zero-padded sequences.
     lengths : ndarray of shape (n_samples,)
+    decays : tuple of float or None, default=None
+        Fixed decays: one block of psi features per decay.
 
     Returns
     -------
-    H : ndarray of shape (n_samples, n_tokens, psi)
+    H : ndarray of shape (n_samples, n_tokens, n_blocks * psi)
         ``H[i, t]`` is the feature vector of the prefix ``X[i, :t + 1]``; rows at
         padded positions are zero.
     """
-    H = _outer_features(_prefix_moments(X), X)
+    H = _outer_features(_prefix_moments(X, decays), X)
     H[~real_tokens(lengths, X.shape[1])] = 0.0
     return H
 
@@ -385,10 +452,11 @@ def attention_kernel(X, Y=None, *, token_dim=None):
     return padded_kernel(X, lengths_X, np.asarray(Y, dtype=np.float64), lengths_Y)
 
 
-def feature_names(d, input_features=None):
+def feature_names(d, input_features=None, decays=None):
     """Readable names of the psi features, in feature order.
 
-    ``"S[x0,x1]*last[x2]"`` is the column holding ``S[0, 1] * x_last[2]``.
+    ``"S[x0,x1]*last[x2]"`` is the column holding ``S[0, 1] * x_last[2]``;
+    with decays, ``"S@0.9[x0,x1]*last[x2]"`` the same of the block of decay 0.9.
 
     Parameters
     ----------
@@ -396,17 +464,26 @@ def feature_names(d, input_features=None):
         Token dimension.
     input_features : sequence of str or None
         Names of the d token coordinates; default ``x0, ..., x{d-1}``.
+    decays : tuple of float or None, default=None
+        Fixed decays of the feature blocks.
 
     Returns
     -------
-    names : ndarray of str, shape (psi,)
+    names : ndarray of str, shape (n_blocks * psi,)
 
     Examples
     --------
     >>> from sklearn_linattn._features import feature_names
     >>> list(feature_names(1))
     ['S[x0,x0]*last[x0]']
+    >>> list(feature_names(1, decays=(1.0, 0.5)))
+    ['S@1[x0,x0]*last[x0]', 'S@0.5[x0,x0]*last[x0]']
     """
+    if decays is not None:
+        return np.concatenate([
+            np.asarray([name.replace("S[", f"S@{g:g}[", 1)
+                        for name in feature_names(d, input_features)], dtype=object)
+            for g in decays])
     if input_features is None:
         input_features = [f"x{i}" for i in range(d)]
     names = np.asarray(input_features, dtype=object)
@@ -492,7 +569,7 @@ def _kron_rows(S, x):
 
 
 def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, standardizer=None,
-                        memory_budget=None):
+                        memory_budget=None, decays=None):
     """The feature rows H as a scipy.sparse CSR matrix.
 
     Same rows, same order and same feature order as the dense
@@ -521,10 +598,12 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, stand
         Bytes the rows may take (None: no limit); a ValueError is raised as
         soon as the non-zeros built so far exceed it, before any more is
         allocated.
+    decays : tuple of float or None, default=None
+        Fixed decays of the feature blocks (the standardizer's when given).
 
     Returns
     -------
-    H : scipy.sparse.csr_matrix of shape (n_rows, psi)
+    H : scipy.sparse.csr_matrix of shape (n_rows, n_blocks * psi)
         dtype float64, or float32 for float32 X (as the dense features).
     sample : ndarray of int, shape (n_rows,)
         Index of the sequence each row comes from.
@@ -551,7 +630,9 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, stand
     keep = None
     if sample_weight is not None:
         keep = np.asarray(sample_weight) > 0
-    psi = n_attention_features(d)
+    if standardizer is not None:
+        decays = standardizer.decays
+    psi = n_attention_features(d) * (1 if decays is None else len(decays))
     indptrs, indices, data, samples = [], [], [], []
     n_rows, nnz = 0, 0
     # The chunk's tokens (as given and standardized), its moments and rows.
@@ -568,7 +649,7 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, stand
         Xc = zero_padding(Xc, lc)
         if standardizer is not None:
             Xc = standardizer.transform(Xc)
-        S, x, sample = row_factors(Xc, lc, readout)
+        S, x, sample = row_factors(Xc, lc, readout, decays)
         if standardizer is not None:
             S = standardizer.scale_moments(S)
         ptr, ind, val = _kron_rows(S, x)

@@ -21,7 +21,7 @@ from ._units import max_exponent
 from ._validation import as_real_array
 from ._params import check_number, validate_random_state
 
-__all__ = ["CompressionJudge", "compress_heads", "heads_from_coefficients"]
+__all__ = ["CompressionJudge", "block_heads", "compress_heads", "heads_from_coefficients"]
 
 def _check_coef(coef, d):
     """Validated float64 coefficients of shape (d_out, psi) and the int d."""
@@ -48,6 +48,32 @@ def _coefficient_matrix(coef, d):
     """Matrix M[(a, j), (k, l)] of the symmetrically unfolded coefficients."""
     d_out = coef.shape[0]
     return unfold_coefficients(coef, d).reshape(d_out * d, d * d)
+
+
+def block_heads(folded, d, decays):
+    """The SVD heads of every feature block side by side, and the decay of each head.
+
+    Parameters
+    ----------
+    folded : ndarray of shape (d_out, n_blocks * psi)
+        Folded coefficients, one block of psi per decay.
+    d : int
+    decays : tuple of float or None
+        The blocks' decays (None: one block, no decays).
+
+    Returns
+    -------
+    V, Q : ndarray
+        The heads (:func:`heads_from_coefficients`), block by block.
+    head_decays : ndarray of shape (n_heads,) or None
+        The decay of each head (None without decays).
+    """
+    if decays is None:
+        V, Q = heads_from_coefficients(folded, d)
+        return V, Q, None
+    parts = [heads_from_coefficients(f, d) for f in np.split(folded, len(decays), axis=1)]
+    return (np.concatenate([V for V, _ in parts]), np.concatenate([Q for _, Q in parts]),
+            np.repeat(np.asarray(decays, dtype=np.float64), [V.shape[0] for V, _ in parts]))
 
 
 def heads_from_coefficients(coef, d, *, rtol=None):
@@ -692,7 +718,10 @@ class CompressionJudge:
 
     def excess(self, V, Q):
         """Excess empirical risk of standardized heads (V, Q) over the unconstrained fit."""
-        folded = attention_coefficients(V, Q)
+        return self.excess_of(attention_coefficients(V, Q))
+
+    def excess_of(self, folded):
+        """Excess empirical risk of folded coefficients (d_out, psi) over the unconstrained fit."""
         pw = self.pair_weights[:, None]
         delta = (folded.reshape(folded.shape[0], pw.shape[0], -1) / pw).reshape(
             folded.shape) - self.coef

@@ -47,6 +47,8 @@ class StandardizedModel:
         Standardized intercept and skip coefficients (term columns ``[1, x]``).
     V, Q : ndarray
         Standardized heads.
+    head_decays : ndarray of shape (n_heads,) or None
+        The decay of every head (None: no decays).
     certificate : IdentifiabilityCertificate
     local_certificate : LocalCertificate or None
     compression_residual : float or None
@@ -63,6 +65,7 @@ class StandardizedModel:
     beta: np.ndarray
     V: np.ndarray
     Q: np.ndarray
+    head_decays: np.ndarray | None
     certificate: IdentifiabilityCertificate
     local_certificate: LocalCertificate | None
     compression_residual: float | None
@@ -78,8 +81,8 @@ class StandardizedModel:
         Returns
         -------
         attributes : dict
-            ``coef_``, ``intercept_``, ``skip_coef_``, ``value_matrices_`` and
-            ``key_query_matrices_``.  A number that float64 cannot hold in the
+            ``coef_``, ``intercept_``, ``skip_coef_``, ``value_matrices_``,
+            ``key_query_matrices_`` and ``head_decays_``.  A number that float64 cannot hold in the
             data's units raises a ValueError naming it.
         """
         st = self.standardizer
@@ -87,7 +90,8 @@ class StandardizedModel:
         intercept, skip = self.terms.to_user(self.beta, st, d_out)
         V, Q = st.heads_to_user(self.V, self.Q)
         return dict(coef_=st.coef_to_user(self.coef), intercept_=intercept,
-                    skip_coef_=skip, value_matrices_=V, key_query_matrices_=Q)
+                    skip_coef_=skip, value_matrices_=V, key_query_matrices_=Q,
+                    head_decays_=None if self.head_decays is None else self.head_decays.copy())
 
 
 @dataclass
@@ -99,6 +103,52 @@ class _Heads:
     residual: float
     excess: float
     local: LocalCertificate | None
+
+
+class _HeadGroups:
+    """The heads of each feature block (one group per decay; one group without decays).
+
+    ``groups[b]`` holds block b's heads ``(V, Q)``, from the SVD of its
+    folded coefficients until a compression replaces them.
+    """
+
+    def __init__(self, folded, d, decays):
+        self.d, self.decays = d, decays
+        self.folded = np.split(folded, 1 if decays is None else len(decays), axis=1)
+        self.whole = folded
+        self.groups = [heads_from_coefficients(f, d) for f in self.folded]
+
+    @property
+    def sizes(self):
+        return [V.shape[0] for V, _ in self.groups]
+
+    @property
+    def n_heads(self):
+        return sum(self.sizes)
+
+    def replaced(self, b, V, Q):
+        """The groups with block b's heads replaced (a new list)."""
+        return self.groups[:b] + [(V, Q)] + self.groups[b + 1:]
+
+    def coefficients(self, groups):
+        """Folded coefficients of every block's heads, side by side."""
+        return np.concatenate([
+            attention_coefficients(V, Q) if V.shape[0] else np.zeros_like(f)
+            for (V, Q), f in zip(groups, self.folded)], axis=1)
+
+    def gap(self, groups):
+        """Relative coefficient residual of the groups' heads."""
+        norm = np.linalg.norm(self.whole)
+        gap = np.linalg.norm(self.coefficients(groups) - self.whole)
+        return float(gap / norm) if norm > 0 else float(gap)
+
+    def heads(self):
+        """All heads, block by block, and the decay of each (None without decays)."""
+        V = np.concatenate([V for V, _ in self.groups])
+        Q = np.concatenate([Q for _, Q in self.groups])
+        if self.decays is None:
+            return V, Q, None
+        return V, Q, np.repeat(np.asarray(self.decays, dtype=np.float64), self.sizes)
 
 
 def _relative_gap(V, Q, folded):
@@ -228,15 +278,19 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     st = problem.standardizer
     coef = solution.coef
     folded = st.folded(coef)
-    V, Q = heads_from_coefficients(folded, d)
-    n_svd = V.shape[0]
+    blocks = _HeadGroups(folded, d, st.decays)
+    n_svd = blocks.n_heads
     log(f"{n_svd} heads from the SVD")
     compression_residual = local = None
     auto = isinstance(n_heads, str)  # "auto", validated by the caller
-    if auto and n_svd <= 1:
+    # With decays, every block's group of heads is compressed on its own (to at
+    # most n_heads), judged on the coefficients of all the groups together.
+    to_compress = [b for b, size in enumerate(blocks.sizes)
+                   if (size > 1 if auto else n_heads is not None and size > n_heads)]
+    if auto and not to_compress:
         # Nothing fewer to try: the SVD heads, whose residual is rounding.
-        compression_residual = _relative_gap(V, Q, folded)
-    elif auto or (n_heads is not None and n_svd > n_heads):
+        compression_residual = blocks.gap(blocks.groups)
+    elif to_compress:
         moment = getattr(counts, "moment", None)
         moment = solution.moment if moment is None else moment
         accuracy = None
@@ -250,42 +304,54 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
                                  residual_sq=getattr(solution, "residual_sq", None))
         rows = problem.rows
         # An unidentified fit may have a k-head minimizer that its minimum-norm
-        # point hides: fit k heads to the rows when the compression is material.
-        may_fit_directly = direct and not terms and rows is not None and not certificate
+        # point hides: fit k heads to the rows when the compression is material
+        # (rows of one block: the few-head fit knows no decays).
+        may_fit_directly = (direct and not terms and rows is not None and not certificate
+                            and st.decays is None)
+        for b in to_compress:
+            def heads(k, b=b):
+                """Block b's k heads ``n_heads=k`` returns, and the excess training risk."""
+                Vk, Qk, residual = compress_heads(blocks.folded[b], d, k,
+                                                  tol=judge.tolerance(),
+                                                  random_state=random_state, warn=False)
+                trial = blocks.replaced(b, Vk, Qk)
+                excess, local_k = judge.excess_of(blocks.coefficients(trial)), None
+                if (may_fit_directly and judge.is_material(excess)
+                        and _direct_fit_affordable(rows, d, d_out, k)):
+                    # The data do not determine the unconstrained fit, and its
+                    # minimum-norm point has no k-head form: fit k heads to the rows.
+                    Vd, Qd, local_d = fit_standardized_heads(rows, k, st.pair_weights,
+                                                             random_state=random_state,
+                                                             dtype=counts.dtype)
+                    excess_d = judge.excess(Vd, Qd)
+                    if excess_d < excess:
+                        Vk, Qk, excess, local_k = Vd, Qd, excess_d, local_d
+                        residual = _relative_gap(Vd, Qd, folded)
+                        log(f"{k} heads fitted to the data directly (local certificate "
+                            f"{'holds' if local_d else 'fails'})")
+                return _Heads(Vk, Qk, residual, excess, local_k)
 
-        def heads(k):
-            """The k heads ``n_heads=k`` returns, and their excess training risk."""
-            Vk, Qk, residual = compress_heads(folded, d, k, tol=judge.tolerance(),
-                                              random_state=random_state, warn=False)
-            excess, local_k = judge.excess(Vk, Qk), None
-            if (may_fit_directly and judge.is_material(excess)
-                    and _direct_fit_affordable(rows, d, d_out, k)):
-                # The data do not determine the unconstrained fit, and its
-                # minimum-norm point has no k-head form: fit k heads to the rows.
-                Vd, Qd, local_d = fit_standardized_heads(rows, k, st.pair_weights,
-                                                         random_state=random_state,
-                                                         dtype=counts.dtype)
-                excess_d = judge.excess(Vd, Qd)
-                if excess_d < excess:
-                    Vk, Qk, excess, local_k = Vd, Qd, excess_d, local_d
-                    residual = _relative_gap(Vd, Qd, folded)
-                    log(f"{k} heads fitted to the data directly (local certificate "
-                        f"{'holds' if local_d else 'fails'})")
-            return _Heads(Vk, Qk, residual, excess, local_k)
-
-        if auto:
-            svd = _Heads(V, Q, _relative_gap(V, Q, folded), judge.excess(V, Q), None)
-            chosen = _fewest_heads(n_svd, heads, judge.is_material, svd, log)
-        else:
-            chosen = heads(n_heads)
-        V, Q, compression_residual, local = chosen.V, chosen.Q, chosen.residual, chosen.local
+            if auto:
+                Vb, Qb = blocks.groups[b]
+                svd = _Heads(Vb, Qb, blocks.gap(blocks.groups),
+                             judge.excess_of(blocks.coefficients(blocks.groups)), None)
+                chosen = _fewest_heads(blocks.sizes[b], heads, judge.is_material, svd, log)
+            else:
+                chosen = heads(n_heads)
+            blocks.groups = blocks.replaced(b, chosen.V, chosen.Q)
+            compression_residual, local = chosen.residual, chosen.local
+        if st.decays is not None:
+            compression_residual = blocks.gap(blocks.groups)
         # "auto" only returns a material count when even the SVD's is (it is
         # not: the SVD heads reproduce the coefficients to rounding).
-        judge.warn_if_material(chosen.excess, V.shape[0])
-        log(f"compressed to {V.shape[0]} heads, relative coefficient residual "
+        judge.warn_if_material(judge.excess_of(blocks.coefficients(blocks.groups)),
+                               blocks.n_heads)
+        log(f"compressed to {blocks.n_heads} heads, relative coefficient residual "
             f"{compression_residual:.2e}")
+    V, Q, head_decays = blocks.heads()
     return StandardizedModel(
-        standardizer=st, coef=coef, beta=beta, V=V, Q=Q, certificate=certificate,
+        standardizer=st, coef=coef, beta=beta, V=V, Q=Q, head_decays=head_decays,
+        certificate=certificate,
         local_certificate=local, compression_residual=compression_residual,
         solver=solution.method, n_iter=max(1, int(solution.n_iter)),
         feature_rank=solution.rank, terms=terms, counts=counts,

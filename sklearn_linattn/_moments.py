@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-from ._features import pair_indices, row_factors
+from ._features import decayed_moments, pair_indices, row_factors
 from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
 from ._standardize import MomentScales, feature_map, pair_map, sequence_moments
 
@@ -49,9 +49,10 @@ class Rows:
 
     Attributes
     ----------
-    S : ndarray of shape (m, P)
+    S : ndarray of shape (m, n_blocks * P)
         Folded second moments (in standardized coordinates: in the symmetric
-        embedding, pairs j < k weighted by sqrt(2) when whitened).
+        embedding, pairs j < k weighted by sqrt(2) when whitened), one
+        (decayed) moment per feature block side by side.
     x : ndarray of shape (m, d)
         Row tokens.
     w : ndarray of shape (m,) or None
@@ -74,9 +75,9 @@ class Rows:
         return Rows(self.S.astype(dtype), self.x.astype(dtype), self.w, self.Y)
 
     @staticmethod
-    def concatenate(parts, d, d_targets):
+    def concatenate(parts, d, d_targets, n_blocks=1):
         """One Rows of several (empty ones included)."""
-        P = n_pairs(d)
+        P = n_blocks * n_pairs(d)
         parts = [p for p in parts if p.n_rows] or [
             Rows(np.zeros((0, P)), np.zeros((0, d)), None,
                  None if d_targets is None else np.zeros((0, d_targets)))]
@@ -101,18 +102,23 @@ def _row_targets(Y, lengths, readout, sample):
         Y.reshape(-1, Y.shape[-1]))
 
 
-def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None):
+def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None, decays=None):
     """Rows of a zero-padded float64 chunk in its own units ``2**-e`` (with ``e``).
 
     ``S_seq`` and ``e`` are the chunk's :func:`~._standardize.sequence_moments`
-    when already computed.
+    when already computed; ``decays`` those of the feature blocks.
     """
     if S_seq is None:
         S_seq, e = sequence_moments(X)
     if readout == "last":
         n, n_tokens, d = X.shape
-        j, k = pair_indices(d)
-        S = np.take(S_seq.reshape(n, d * d), j * d + k, axis=1)
+        if decays is None:
+            j, k = pair_indices(d)
+            S = np.take(S_seq.reshape(n, d * d), j * d + k, axis=1)
+        else:
+            # Decayed moments of the same tokens in the same units (a decay is <= 1:
+            # nothing leaves the range the plain moments stay in).
+            S = decayed_moments(np.ldexp(X, -e) if e.any() else X, lengths, decays)
         # Full sequences: the last token is a view, not a gather.
         x = (X[:, -1] if lengths.size and lengths.min() == n_tokens
              else X[np.arange(n), lengths - 1])
@@ -121,7 +127,7 @@ def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None):
             x = np.ldexp(x, -e)
     else:
         Xs = np.ldexp(X, -e) if e.any() else X
-        S, x, sample = row_factors(Xs, lengths, "all")
+        S, x, sample = row_factors(Xs, lengths, "all", decays)
     Yr = _row_targets(Y, lengths, readout, sample)
     wr = None if w is None else np.asarray(w, dtype=np.float64)[sample]
     if wr is not None and not np.all(wr > 0):
@@ -154,11 +160,13 @@ def with_terms(Yr, x, terms):
 def _map_rows(rows, e, standardizer, terms):
     """Rows in units ``2**-e`` -> rows in the standardizer's coordinates (their moments mapped)."""
     A = _token_map(standardizer, e)
-    R = pair_map(A) * standardizer.pair_weights[:, None]
+    R = pair_map(A) * standardizer.block_pair_weights[:, None]
     Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
     x = rows.x @ A
-    return Rows(rows.S @ R.T, x, standardizer.transform_weights(rows.w),
-                with_terms(Yr, x, terms))
+    m, P = rows.n_rows, R.shape[0]
+    # Every block's moments map alike: one GEMM over the blocks stacked as rows.
+    S = (rows.S.reshape(m * standardizer.n_blocks, P) @ R.T).reshape(m, rows.S.shape[1])
+    return Rows(S, x, standardizer.transform_weights(rows.w), with_terms(Yr, x, terms))
 
 
 def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weight=None,
@@ -187,16 +195,18 @@ def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weigh
     if standardizer.collinear:
         # Nearly collinear tokens: the moments of the standardized tokens.
         Xs = standardizer.transform(X)
-        rows, e = _raw_rows(Xs, lengths, readout, Y, sample_weight)
+        rows, e = _raw_rows(Xs, lengths, readout, Y, sample_weight,
+                            decays=standardizer.decays)
         S, x = rows.S, rows.x
         if e.any():  # back from the chunk's own units (standardized tokens are near 1)
             j, k = pair_indices(X.shape[2])
-            S, x = np.ldexp(S, e[j] + e[k]), np.ldexp(x, e)
+            S = np.ldexp(S, np.tile(e[j] + e[k], standardizer.n_blocks))
+            x = np.ldexp(x, e)
         rows = Rows(S * standardizer.pair_weights, x, rows.w, rows.Y)
         Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
         return Rows(rows.S, rows.x, standardizer.transform_weights(rows.w),
                     with_terms(Yr, rows.x, terms))
-    rows, e = _raw_rows(X, lengths, readout, Y, sample_weight)
+    rows, e = _raw_rows(X, lengths, readout, Y, sample_weight, decays=standardizer.decays)
     return _map_rows(rows, e, standardizer, terms)
 
 
@@ -237,6 +247,9 @@ class MomentPass:
         the order the chunks bring them: the statistics of each group are
         accumulated separately (:meth:`group_statistics`), all in the same
         coordinates, from the same pass (cross-validation folds).
+    decays : tuple of float or None, default=None
+        Fixed decays of the feature blocks: the rows' moments are the decayed
+        moments, one block per decay (the coordinates carry them).
 
     Attributes
     ----------
@@ -247,16 +260,19 @@ class MomentPass:
     """
 
     def __init__(self, d, d_out, readout, *, keep_rows=None, statistics=None, terms=None,
-                 provisional=None, groups=None):
+                 provisional=None, groups=None, decays=None):
         self.d, self.d_out, self.readout = int(d), d_out, readout
+        self.decays = decays
+        n_blocks = 1 if decays is None else len(decays)
         self._groups = None if groups is None else np.asarray(groups, dtype=np.intp)
         n_groups = 1 if self._groups is None else int(self._groups.max(initial=-1)) + 1
         self._group_samples = np.zeros(n_groups, dtype=np.int64)
         self._seen = 0  # sequences read so far, zero weights included
         self._noted = False
-        self.scales = MomentScales(self.d, d_out)
+        self.scales = MomentScales(self.d, d_out, decays=decays)
         self._kept = None if keep_rows is None else _KeptRows(
-            int(keep_rows), self.d, (d_out or 0) + (0 if not terms else terms.n_terms))
+            int(keep_rows), self.d, (d_out or 0) + (0 if not terms else terms.n_terms),
+            n_blocks)
         self._make_statistics = statistics
         self._accumulate = statistics is not None
         self._terms = terms if terms else None
@@ -281,7 +297,9 @@ class MomentPass:
         self.n_samples += X.shape[0] if sample_weight is None else int(
             np.count_nonzero(np.asarray(sample_weight) > 0))
         n_samples, n_tokens, d = X.shape
-        per_sample = sample_values(d, n_tokens, self.readout, 3 * n_pairs(d) + 3 * d + 2)
+        n_blocks = 1 if self.decays is None else len(self.decays)
+        per_sample = sample_values(d, n_tokens, self.readout,
+                                   3 * n_blocks * n_pairs(d) + 3 * d + 2)
         for sl in iter_sample_chunks(n_samples, per_sample):
             sub = None if lengths is None else np.asarray(lengths)[sl]
             done = functools.partial(complete, offset=sl.start) if complete else None
@@ -316,7 +334,7 @@ class MomentPass:
         if self._kept is None and not self._accumulate:
             return
         if self._kept is not None or labels is None:
-            rows, e_rows = _raw_rows(X64, lengths, self.readout, Y, w, S_seq, e)
+            rows, e_rows = _raw_rows(X64, lengths, self.readout, Y, w, S_seq, e, self.decays)
         if self._kept is not None:
             self._kept.append(rows, e_rows)
         if not self._accumulate:
@@ -329,7 +347,8 @@ class MomentPass:
             idx = np.flatnonzero(labels == group)
             Yg = None if Y is None else np.asarray(Y)[idx]
             wg = None if w is None else np.asarray(w)[idx]
-            rows, e_rows = _raw_rows(X64[idx], lengths[idx], self.readout, Yg, wg, S_seq[idx], e)
+            rows, e_rows = _raw_rows(X64[idx], lengths[idx], self.readout, Yg, wg, S_seq[idx], e,
+                                     self.decays)
             self._accumulate_rows(X64[idx], lengths[idx], Yg, wg, rows, e_rows, group)
 
     def _accumulate_rows(self, X, lengths, Y, w, rows, e, group=0):
@@ -410,8 +429,8 @@ class MomentPass:
 class _KeptRows:
     """Rows kept from the pass: one preallocated array, filled chunk by chunk in their units."""
 
-    def __init__(self, capacity, d, n_targets):
-        self.S = np.empty((capacity, n_pairs(d)))
+    def __init__(self, capacity, d, n_targets, n_blocks=1):
+        self.S = np.empty((capacity, n_blocks * n_pairs(d)))
         self.x = np.empty((capacity, d))
         self.Y = np.empty((capacity, n_targets)) if n_targets else None
         self.w = None
@@ -437,7 +456,7 @@ class _KeptRows:
         """The rows mapped into the standardizer's coordinates, in place."""
         n_real = None if self.Y is None else self.Y.shape[1] - (0 if not terms else terms.n_terms)
         for start, stop, e in self.segments:
-            for sl in iter_sample_chunks(stop - start, 2 * n_pairs(self.x.shape[1])):
+            for sl in iter_sample_chunks(stop - start, 2 * self.S.shape[1]):
                 sl = slice(start + sl.start, start + sl.stop)
                 rows = Rows(self.S[sl], self.x[sl], None,
                             None if self.Y is None else self.Y[sl, :n_real])

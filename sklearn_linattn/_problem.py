@@ -111,11 +111,11 @@ def _first_shape(data):
     return data.arrays(False)[0].shape
 
 
-def _rows_bytes(n_rows, d, n_targets):
-    return 8.0 * n_rows * (n_pairs(d) + d + 1 + n_targets)
+def _rows_bytes(n_rows, d, n_targets, n_blocks=1):
+    return 8.0 * n_rows * (n_blocks * n_pairs(d) + d + 1 + n_targets)
 
 
-def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False):
+def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False, n_blocks=1):
     """The dtype the pass keeps the rows in for a solver (None: not kept).
 
     Statistics solvers accumulate their statistics in the pass and keep no
@@ -129,7 +129,7 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False)
     if spec.sparse_only:
         return None
     if spec.statistics:
-        fits = direct and _rows_bytes(n_rows, d, n_targets) <= ROWS_BUDGET
+        fits = direct and _rows_bytes(n_rows, d, n_targets, n_blocks) <= ROWS_BUDGET
         return np.dtype(np.float64) if fits else None
     if spec.reads_in_place:  # "cg": its cache
         return cg_cache_dtype(n_rows, d, memory_budget)
@@ -139,7 +139,8 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False)
 def _group_statistics_again(data, make, standardizer, groups, readout, d, d_out, terms):
     """The groups' statistics accumulated in a second pass, in the final coordinates."""
     again = MomentPass(d, d_out if d_out else None, readout, statistics=make,
-                       terms=terms if terms else None, provisional=standardizer, groups=groups)
+                       terms=terms if terms else None, provisional=standardizer, groups=groups,
+                       decays=standardizer.decays)
     for X, lengths, Y, w in data.solver_batches():
         again.add(zero_padding(X, np.asarray(lengths)), lengths, Y if d_out else None, w)
     parts = again.group_statistics(standardizer)
@@ -216,7 +217,8 @@ class StandardizedProblem:
 
     @classmethod
     def from_data(cls, data, *, readout, d_out, terms, keep=None, statistics=False,
-                  previous=None, standardizer=None, provisional=None, groups=None):
+                  previous=None, standardizer=None, provisional=None, groups=None,
+                  decays=None):
         """The problem of validated training data, in one pass where possible.
 
         Parameters
@@ -248,7 +250,13 @@ class StandardizedProblem:
             the statistics of each group are accumulated in the same pass and
             the same (final) coordinates (``problem.group_stats``, a list),
             and ``problem.stats`` is their sum (cross-validation folds).
+        decays : tuple of float or None
+            Fixed decays of the feature blocks (None: one block, no decay);
+            those of ``standardizer`` or ``provisional`` when given.
         """
+        known = standardizer if standardizer is not None else provisional
+        if known is not None:
+            decays = known.decays
         if groups is not None and not statistics:
             raise ValueError("groups need statistics=True.")
         n_targets = d_out + terms.n_terms
@@ -260,7 +268,6 @@ class StandardizedProblem:
                 stats.terms = terms if terms else None
                 return stats
         shape = _first_shape(data)
-        known = standardizer if standardizer is not None else provisional
         accumulate = make if statistics and (
             known is not None or _map_is_cheaper(data, shape)) else None
         moments = MomentPass(
@@ -268,7 +275,7 @@ class StandardizedProblem:
             keep_rows=None if keep is None else data.n_rows_bound(shape[1]),
             statistics=accumulate, terms=terms if terms else None,
             provisional=standardizer if standardizer is not None else provisional,
-            groups=groups)
+            groups=groups, decays=decays)
         for X, lengths, Y, w, complete in data.solver_batches(defer=True):
             moments.add(X, lengths, Y if d_out else None, w, complete)
         d = moments.d
@@ -411,7 +418,7 @@ class StandardizedProblem:
             if spec.reads_in_place:  # "cg" counts its rows in its own first pass
                 options["counts"] = fill
             else:
-                for rows in design.row_chunks(2 * n_pairs(self.d) + 2 * self.d):
+                for rows in design.row_chunks(2 * self.standardizer.n_moments + 2 * self.d):
                     fill.add_rows(rows)
             self.counts = fill
         solution = spec.function(design, alpha, options)

@@ -91,6 +91,10 @@ class TokenStandardizer(UnitMaps):
         are then computed from the standardized tokens, not by mapping the
         moments of the tokens (which would lose ``eps cond`` of the small
         directions).
+    decays : tuple of float or None, default=None
+        The fixed decays of the feature blocks (None: one block, no decay).
+        The moments of a row are then the ``n_blocks`` decayed moments side by
+        side (``n_moments = n_blocks * P`` columns), each mapped alike.
 
     Attributes
     ----------
@@ -98,6 +102,11 @@ class TokenStandardizer(UnitMaps):
         Token dimension.
     whitened : bool
         Whether ``whitening`` is a full matrix (False: diagonal scaling only).
+    n_blocks : int
+        Number of feature blocks (decays; 1 without).
+    n_moments, n_features : int
+        Columns of a row's moments (``n_blocks * P``) and of its features
+        (``n_moments * d``).
 
     Examples
     --------
@@ -109,15 +118,20 @@ class TokenStandardizer(UnitMaps):
     """
 
     def __init__(self, exponents, whitening=None, y_exponents=None, weight_exponent=0,
-                 collinear=False):
+                 collinear=False, decays=None):
         self.collinear = bool(collinear) and whitening is not None
         self.exponents = np.asarray(exponents, dtype=np.int64).reshape(-1)
         self.d = self.exponents.shape[0]
+        self.decays = None if decays is None else tuple(float(g) for g in decays)
+        self.n_blocks = 1 if self.decays is None else len(self.decays)
         j, k = pair_indices(self.d)
         # Weights of the folded moments in the feature rows: sqrt(2) for the
         # pairs j < k in the symmetric embedding (whitened coordinates).
-        self.pair_weights = (np.where(j == k, 1.0, np.sqrt(2.0)) if whitening is not None
-                             else np.ones(j.size))
+        self.block_pair_weights = (np.where(j == k, 1.0, np.sqrt(2.0)) if whitening is not None
+                                   else np.ones(j.size))
+        self.pair_weights = np.tile(self.block_pair_weights, self.n_blocks)
+        self.n_moments = self.n_blocks * j.size
+        self.n_features = self.n_moments * self.d
         self.whitening = None if whitening is None else np.asarray(whitening, dtype=np.float64)
         self.y_exponents = (
             None if y_exponents is None else np.asarray(y_exponents, dtype=np.int64).reshape(-1)
@@ -130,10 +144,16 @@ class TokenStandardizer(UnitMaps):
             self._matrix = np.ldexp(self.whitening, -self.exponents[:, None])
 
     @classmethod
-    def identity(cls, d, d_out=None):
+    def identity(cls, d, d_out=None, decays=None):
         """The standardizer that changes nothing (for statistics built by hand)."""
         return cls(np.zeros(d, dtype=np.int64),
-                   y_exponents=None if d_out is None else np.zeros(d_out, dtype=np.int64))
+                   y_exponents=None if d_out is None else np.zeros(d_out, dtype=np.int64),
+                   decays=decays)
+
+    def with_decays(self, decays):
+        """The same coordinates for feature blocks of these decays (None: one, no decay)."""
+        return TokenStandardizer(self.exponents, self.whitening, self.y_exponents,
+                                 self.weight_exponent, collinear=self.collinear, decays=decays)
 
     @property
     def whitened(self):
@@ -153,14 +173,16 @@ class TokenStandardizer(UnitMaps):
         same_y = (self.y_exponents is None) == (other.y_exponents is None) and (
             self.y_exponents is None or np.array_equal(self.y_exponents, other.y_exponents))
         return bool(np.array_equal(self.exponents, other.exponents) and same_w and same_y
-                    and self.weight_exponent == other.weight_exponent)
+                    and self.weight_exponent == other.weight_exponent
+                    and self.decays == other.decays)
 
     # Equality compares the arrays, which may change: not hashable.
     __hash__ = None
 
     def __repr__(self):
+        blocks = "" if self.decays is None else f", decays={list(self.decays)}"
         return (f"TokenStandardizer(d={self.d}, whitened={self.whitened}, "
-                f"exponents={self.exponents.tolist()})")
+                f"exponents={self.exponents.tolist()}{blocks})")
 
     # ------------------------------------------------------------ forward maps
 
@@ -309,10 +331,13 @@ class MomentScales:
         Number of outputs (None: no targets).
     whiten : bool, default=True
         False keeps the coordinates' power-of-two scales only.
+    decays : tuple of float or None, default=None
+        The decays of the feature blocks, carried into the coordinates.
     """
 
-    def __init__(self, d, d_out=None, *, whiten=True):
+    def __init__(self, d, d_out=None, *, whiten=True, decays=None):
         self.d, self.d_out, self.whiten = int(d), d_out, bool(whiten)
+        self.decays = decays
         self._e = np.full(self.d, _NEVER, dtype=np.int64)
         self._M = np.zeros((self.d, self.d))
         self._ew = _NEVER  # exponent of the largest weight seen
@@ -465,7 +490,8 @@ class MomentScales:
         W = None
         if self.whiten and self._total > 0 and not self.sparse and self.d > 1:
             W = whitening(self._M / self._total, e, self.dtype)
-        return TokenStandardizer(e, W, ey, ew, collinear=self.ill_conditioned)
+        return TokenStandardizer(e, W, ey, ew, collinear=self.ill_conditioned,
+                                 decays=self.decays)
 
 
 def refined_whitening(standardizer, M):
@@ -483,7 +509,8 @@ def refined_whitening(standardizer, M):
         return standardizer
     W = _symmetric_frame(standardizer.whitening @ D, standardizer.exponents)
     return TokenStandardizer(standardizer.exponents, W, standardizer.y_exponents,
-                             standardizer.weight_exponent, collinear=standardizer.collinear)
+                             standardizer.weight_exponent, collinear=standardizer.collinear,
+                             decays=standardizer.decays)
 
 
 def whitening(M, e, dtype=np.float64, *, frame=True):
@@ -530,7 +557,9 @@ def feature_map(old, new):
     W_old = np.eye(old.d) if old.whitening is None else old.inverse_whitening
     W_new = np.eye(new.d) if new.whitening is None else new.whitening
     D = W_old @ np.ldexp(W_new, (old.exponents - new.exponents)[:, None])
-    A = pair_map(D) * new.pair_weights[:, None] / old.pair_weights[None, :]
+    A = pair_map(D) * new.block_pair_weights[:, None] / old.block_pair_weights[None, :]
+    if new.n_blocks > 1:  # every block's moments map alike
+        A = scipy.linalg.block_diag(*([A] * new.n_blocks))
     return A, D.T
 
 

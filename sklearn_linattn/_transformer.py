@@ -9,6 +9,7 @@ from ._features import attention_features, feature_names, n_attention_features, 
 from ._memory import real_tokens
 from ._terms import LinearTerms
 from ._training import check_layout
+from ._params import check_decays
 from ._validation import check_data_format, check_readout, check_sequences
 
 __all__ = ["LinearAttentionFeatures"]
@@ -52,14 +53,19 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     include_skip : bool, default=False
         Prepend the last token's d coordinates (after the constant): the skip
         term of ``LinearAttentionRegressor(fit_skip=True)``.
+    decay : None, float or sequence of float, default=None
+        Fixed decays in (0, 1], as ``LinearAttentionRegressor(decay=...)``:
+        one block of psi features per decay, side by side in the order
+        given, block b built from ``S = sum_t gamma_b**(r - t) x_t x_t^T``
+        (r the row's position).
 
     Attributes
     ----------
     n_features_in_ : int
         Token dimension d seen in ``fit``.
     n_features_out_ : int
-        Number of features: psi, plus 1 with ``include_bias`` and d with
-        ``include_skip``.
+        Number of features: psi (times the number of decays), plus 1 with
+        ``include_bias`` and d with ``include_skip``.
 
     See Also
     --------
@@ -99,8 +105,9 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, token_dim=None, *, readout="last", data_format="channels_last",
-                 include_bias=False, include_skip=False):
+                 include_bias=False, include_skip=False, decay=None):
         self.token_dim = token_dim
+        self.decay = decay
         self.readout = readout
         self.data_format = data_format
         self.include_bias = include_bias
@@ -138,13 +145,16 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         (3, 18)
         """
         check_readout(self.readout)
+        decays = check_decays(self.decay)
         X, lengths = check_sequences(X, **self._layout())
         # transform's output is the n_rows x psi feature matrix.
         n_rows = X.shape[0] if self.readout == "last" else int(lengths.sum())
         check_layout(X.shape, readout=self.readout, n_rows=n_rows, solve=False,
                      **self._layout())
         self.n_features_in_ = X.shape[2]
-        self.n_features_out_ = n_attention_features(X.shape[2]) + self._terms(X.shape[2]).n_terms
+        self.n_features_out_ = ((1 if decays is None else len(decays))
+                                * n_attention_features(X.shape[2])
+                                + self._terms(X.shape[2]).n_terms)
         return self
 
     def transform(self, X):
@@ -189,11 +199,12 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
         X = np.asarray(X, dtype=np.float64)
         terms = self._terms(X.shape[2])
+        decays = check_decays(self.decay)
         if self.readout == "last":
-            H = attention_features(X, lengths)
+            H = attention_features(X, lengths, decays)
             return np.hstack([terms.columns(X, lengths, "last"), H]) if terms else H
         # The regressor's rows: real positions only, in sample-major order.
-        S, x, _ = row_factors(X, lengths, "all")
+        S, x, _ = row_factors(X, lengths, "all", decays)
         H = (S[:, :, None] * x[:, None, :]).reshape(S.shape[0], -1)
         if not terms:
             return H
@@ -228,7 +239,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
                 f"input_features must name the {self.n_features_in_} token coordinates; "
                 f"got {len(input_features)} names."
             )
-        names = feature_names(self.n_features_in_, input_features)
+        names = feature_names(self.n_features_in_, input_features, check_decays(self.decay))
         terms = self._terms(self.n_features_in_)
         if not terms:
             return names

@@ -85,10 +85,20 @@ class UnitMaps:
 
 
     def _feature_exponents(self):
-        """Exponent of each folded feature ``S[j, k] * x[l]``: e_j + e_k + e_l, shape (P, d)."""
+        """Exponent of each folded feature ``S[j, k] * x[l]``: e_j + e_k + e_l, shape (n_moments, d).
+
+        The same in every feature block (a decay does not change units).
+        """
         j, k = pair_indices(self.d)
         e = self.exponents
-        return (e[j] + e[k])[:, None] + e[None, :]
+        return np.tile((e[j] + e[k])[:, None] + e[None, :], (getattr(self, "n_blocks", 1), 1))
+
+    def _blockwise(self, coef, map_block):
+        """``map_block`` applied to each feature block of coefficients (d_out, n_features)."""
+        n_blocks = getattr(self, "n_blocks", 1)
+        if n_blocks == 1:
+            return map_block(coef)
+        return np.concatenate([map_block(c) for c in np.split(coef, n_blocks, axis=1)], axis=1)
 
     def _apply_token_map(self, C, M):
         """``C x_1 M x_2 M x_3 M`` of unfolded coefficients C (d_out, d, d, d)."""
@@ -108,8 +118,8 @@ class UnitMaps:
         d, d_out = self.d, coef.shape[0]
         coef = self.folded(coef)
         if self.whitening is not None:
-            C = self._apply_token_map(unfold_coefficients(coef, d), self.whitening)
-            coef = fold_coefficients(C)
+            coef = self._blockwise(coef, lambda c: fold_coefficients(
+                self._apply_token_map(unfold_coefficients(c, d), self.whitening)))
         shift = -self._feature_exponents().reshape(1, -1)
         if targets and self.y_exponents is not None:
             shift = shift + self.y_exponents[:, None]
@@ -129,8 +139,9 @@ class UnitMaps:
         if shift.any():
             coef = _ldexp(coef, shift)
         if self.whitening is not None:
-            C = self._apply_token_map(unfold_coefficients(coef, self.d), self.inverse_whitening)
-            coef = fold_coefficients(C).reshape(d_out, -1, self.d) / self.pair_weights[:, None]
+            coef = self._blockwise(coef, lambda c: fold_coefficients(self._apply_token_map(
+                unfold_coefficients(c, self.d), self.inverse_whitening)))
+            coef = coef.reshape(d_out, -1, self.d) / self.pair_weights[:, None]
         return _check_finite(coef.reshape(d_out, -1), "The standardized coefficients")
 
     @property

@@ -408,7 +408,8 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             Xc, f = scale_per_sample(st.transform(X[sl]))
             scale[sl] = f
             if sparse_ok and np.count_nonzero(Xc) <= _SPARSE_DENSITY * Xc.size:
-                Hs, sample = sparse_feature_rows(Xc, lengths[sl], self.readout)
+                Hs, sample = sparse_feature_rows(Xc, lengths[sl], self.readout,
+                                                 decays=st.decays)
                 if st.whitened:
                     Hs = Hs @ scipy.sparse.diags(st.scale_features(np.ones(self.n_features)))
                 row_cov, lev = space.sparse_coverage(Hs)
@@ -419,9 +420,9 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
                 leverage[sl] = worst
                 continue
             if self.readout == "last":
-                H = attention_features(Xc, lengths[sl])[:, None, :]
+                H = attention_features(Xc, lengths[sl], st.decays)[:, None, :]
             else:
-                H = prefix_features(Xc, lengths[sl])  # padded rows are zero
+                H = prefix_features(Xc, lengths[sl], st.decays)  # padded rows are zero
             H = st.scale_features(H)
             row_cov, lev = space.coverage(H)
             if terms is not None:

@@ -19,7 +19,7 @@ from .._validation import (
     check_sequences,
     check_token_dim,
 )
-from .._params import check_number
+from .._params import check_decays, check_number
 from ._certificate import IdentifiabilityCertificate
 
 __all__ = ["certify_identifiability"]
@@ -31,7 +31,7 @@ def _check_tol(tol):
 
 def certify_identifiability(
     X, *, readout="last", token_dim=None, tol=None, sample_weight=None, solver="auto",
-    data_format="channels_last", fit_intercept=False, fit_skip=False,
+    data_format="channels_last", fit_intercept=False, fit_skip=False, decay=None,
 ):
     """Certify whether the inputs X identify every linear-attention model that fits them.
 
@@ -74,6 +74,11 @@ def certify_identifiability(
         token, as ``LinearAttentionRegressor(fit_intercept=..., fit_skip=...)``
         fits it: the certificate then also needs the term columns to be
         separable from attention (``term_min_eigenvalue``).
+    decay : None, float or sequence of float, default=None
+        Fixed decays, as ``LinearAttentionRegressor(decay=...)``: the rows
+        are the features of every decay's block side by side, and the
+        certificate speaks about the model with those decays (one group of
+        heads per decay).
 
     Returns
     -------
@@ -132,6 +137,7 @@ def certify_identifiability(
     token_dim = check_token_dim(token_dim)
     data_format = check_data_format(data_format)
     tol = _check_tol(tol)
+    decays = check_decays(decay)
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
     LinearTerms.checked(1, fit_intercept, fit_skip)
@@ -141,7 +147,8 @@ def certify_identifiability(
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
     d = X.shape[2]
     terms = LinearTerms(d, intercept=fit_intercept, skip=fit_skip)
-    psi = n_attention_features(d)
+    n_blocks = 1 if decays is None else len(decays)
+    psi = n_blocks * n_attention_features(d)
     n_rows = count_rows(lengths, readout, sample_weight)
     solver = choose_solver(solver, n_rows, psi)
     check_solver_memory(solver, n_rows, psi)
@@ -150,7 +157,7 @@ def certify_identifiability(
     problem = StandardizedProblem.from_data(
         SequenceData(X, lengths, None, sample_weight, readout), readout=readout, d_out=0,
         terms=terms,
-        keep=keep_rows(solver, n_rows, d, terms.n_terms))
+        keep=keep_rows(solver, n_rows, d, terms.n_terms, n_blocks=n_blocks), decays=decays)
     # The term columns are the only targets: their fit by attention gives K.
     solution = problem.solve(solver, residuals=bool(terms))
     stats = solution.counts

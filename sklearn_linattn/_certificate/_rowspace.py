@@ -72,9 +72,10 @@ class RowSpace:
     #: ``coverage`` only then.
     resolves_null_space = False
 
-    def __init__(self, solution, *, d, weight_sum, tol=None):
+    def __init__(self, solution, *, d, weight_sum, tol=None, n_features=None):
         W = self.weight_sum = float(weight_sum)
-        self.n_features = n_attention_features(int(d))
+        # psi, times the feature blocks of a model with decays.
+        self.n_features = int(n_attention_features(int(d)) if n_features is None else n_features)
         self.method = solution.method
         self._eigenvalues = (
             None if solution.eigenvalues is None
@@ -379,4 +380,5 @@ def row_space_from_solution(solution, stats, tol=None):
         cls = CholeskyRowSpace
     else:
         cls = NullVectorRowSpace
-    return cls(solution, d=stats.d, weight_sum=W, tol=tol)
+    return cls(solution, d=stats.d, weight_sum=W, tol=tol,
+               n_features=getattr(stats, "n_features", None))

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._features import attention_features
-from .._heads import heads_from_coefficients
+from .._heads import block_heads
 from .._validation import to_data_format
 from .._params import validate_random_state
 
@@ -47,6 +47,9 @@ class Witness:  # numpydoc ignore=PR01
         intercept (d_out,) and skip coefficients (d_out, d), added to its
         attention output (``b + W x_last``).  They differ when the training
         data do not separate the terms from attention.  None without terms.
+    decays_a, decays_b : ndarray of shape (n_heads,) or None
+        For a model with decays: the decay of each head of ``model_a`` and
+        ``model_b`` (``mhla_forward(..., decays=decays_a)``).  None without.
 
     Examples
     --------
@@ -68,6 +71,8 @@ class Witness:  # numpydoc ignore=PR01
     null_vector: np.ndarray
     terms_a: tuple | None = None
     terms_b: tuple | None = None
+    decays_a: np.ndarray | None = None
+    decays_b: np.ndarray | None = None
 
     def __repr__(self):
         return (
@@ -102,7 +107,7 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
     n_tokens = max(layout.n_tokens or d + 1, 2)  # one token reaches only symmetric monomials
     Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
     lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
-    h = standardizer.scale_features(attention_features(Z, lengths))
+    h = standardizer.scale_features(attention_features(Z, lengths, standardizer.decays))
     # At the training scale (||H|| ~ RMS training row) the candidates' null
     # components compare with the coverage rule's allowance.
     rms_row = np.sqrt(row_space.trace)
@@ -135,9 +140,11 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
         beta = (terms.beta if terms.beta.shape[1] == coef.shape[0]
                 else np.zeros((terms.n_terms, coef.shape[0])))
         shared = terms.terms.to_user(beta, st, coef.shape[0])
+    Va, Qa, decays_a = block_heads(st.folded(coef), d, st.decays)
+    Vb, Qb, decays_b = block_heads(st.folded(coef_b), d, st.decays)
     return Witness(
-        model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef), d)),
-        model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
+        model_a=st.heads_to_user(Va, Qa), model_b=st.heads_to_user(Vb, Qb),
+        decays_a=decays_a, decays_b=decays_b,
         input=to_data_format(st.inputs_to_user(Z)[None], layout.data_format)[0],
         null_vector=user_null / np.linalg.norm(user_null),
         terms_a=shared, terms_b=shared,
@@ -159,7 +166,7 @@ def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_s
     n_tokens = max(layout.n_tokens or d + 1, 2)
     Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
     lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
-    h = st.scale_features(attention_features(Z, lengths))
+    h = st.scale_features(attention_features(Z, lengths, st.decays))
     Zu = st.inputs_to_user(Z)
     E = terms.terms.standardized_rows(Zu, lengths, "last", st)
     R = terms.residuals(E, h)
@@ -178,9 +185,11 @@ def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_s
     user_null = st.coef_to_user(shift, targets=False)
     norm = np.linalg.norm(user_null)
     d_out = coef.shape[0]
+    Va, Qa, decays_a = block_heads(st.folded(coef), d, st.decays)
+    Vb, Qb, decays_b = block_heads(st.folded(coef_b), d, st.decays)
     return Witness(
-        model_a=st.heads_to_user(*heads_from_coefficients(st.folded(coef), d)),
-        model_b=st.heads_to_user(*heads_from_coefficients(st.folded(coef_b), d)),
+        model_a=st.heads_to_user(Va, Qa), model_b=st.heads_to_user(Vb, Qb),
+        decays_a=decays_a, decays_b=decays_b,
         input=to_data_format(Zu[best][None], layout.data_format)[0],
         null_vector=user_null / norm if norm > 0 else user_null,
         terms_a=terms.terms.to_user(beta, st, d_out),

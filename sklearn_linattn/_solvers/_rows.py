@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._memory import iter_sample_chunks, n_pairs
+from .._memory import iter_sample_chunks
 from .._moments import Rows, standardized_rows
 from .._standardize import TokenStandardizer
 
@@ -91,9 +91,9 @@ class Design:
         """Every row at once (memory O(n_rows (P + d)))."""
         if self.rows is not None:
             return self.rows
-        parts = list(self.row_chunks(2 * n_pairs(self.d) + 2 * self.d))
+        parts = list(self.row_chunks(2 * self.standardizer.n_moments + 2 * self.d))
         n_targets = parts[0].Y.shape[1] if parts and parts[0].Y is not None else None
-        return Rows.concatenate(parts, self.d, n_targets)
+        return Rows.concatenate(parts, self.d, n_targets, self.standardizer.n_blocks)
 
 
 def chunk_rows(X, lengths, sl, readout, Y=None, sample_weight=None, standardizer=None,

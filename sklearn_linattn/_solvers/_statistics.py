@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .._features import features_rmatvec, n_attention_features, pair_index_matrix, pair_indices
+from .._features import features_rmatvec, pair_index_matrix, pair_indices
 from .._memory import iter_sample_chunks, n_pairs, sample_values
 from .._standardize import TokenStandardizer, feature_map
 from .._validation import check_lengths_array, check_readout
@@ -137,8 +137,8 @@ class RowCounts:
 
     @property
     def n_features(self):
-        """Number of features psi."""
-        return n_attention_features(self.d)
+        """Number of features psi (times the number of feature blocks, with decays)."""
+        return self.standardizer.n_features
 
     def update(self, X, lengths, Y=None, *, readout="last", sample_weight=None, terms=None):
         """Add the feature rows of a batch of sequences.
@@ -186,7 +186,7 @@ class RowCounts:
         n_samples, n_tokens = X.shape[:2]
         self.note_sequences(n_samples if w is None else int(np.count_nonzero(w > 0)),
                             n_tokens, X.dtype)
-        per_row = 3 * n_pairs(self.d) + 2 * self.d + (self.d_out or 0) * (self.d + 2)
+        per_row = 3 * self.standardizer.n_moments + 2 * self.d + (self.d_out or 0) * (self.d + 2)
         per_sample = sample_values(self.d, n_tokens, readout, per_row)
         for sl in iter_sample_chunks(n_samples, per_sample):
             self.add_rows(chunk_rows(X, lengths, sl, readout, Y, w, self.standardizer, terms))
@@ -372,21 +372,21 @@ class SufficientStatistics(RowCounts):
 
     def __init__(self, d, d_out=None, *, standardizer=None):
         super().__init__(d, d_out, standardizer=standardizer)
-        P = n_pairs(self.d)
-        self._compact = np.zeros((n_pairs(P), P))
+        P = self.standardizer.n_moments
+        self._compact = np.zeros((n_pairs(P), n_pairs(self.d)))
         self.moment = None if self.d_out is None else np.zeros((self.n_features, self.d_out))
 
     @property
     def gram(self):
         """The full Gram matrix ``Phi^T W Phi``, shape (psi, psi), as a new array."""
-        P = n_pairs(self.d)
+        P = self.standardizer.n_moments
         ip, idd = pair_index_matrix(P), pair_index_matrix(self.d)
         G = self._compact[ip[:, None, :, None], idd[None, :, None, :]]
         return G.reshape(self.n_features, self.n_features)
 
     def _set_gram(self, value):
         """Store the distinct entries of a psi x psi matrix with the Gram matrix's symmetries."""
-        P = n_pairs(self.d)
+        P = self.standardizer.n_moments
         jp, kp = pair_indices(P)
         jd, kd = pair_indices(self.d)
         G4 = np.asarray(value, dtype=np.float64).reshape(P, self.d, P, self.d)
@@ -396,7 +396,7 @@ class SufficientStatistics(RowCounts):
 
     def add_rows(self, rows):
         """Add standardized rows (:class:`~.._moments.Rows`): Gram matrix, moment, counts."""
-        per_row = 3 * n_pairs(self.d) + 2 * self.d + (self.d_out or 0) * (self.d + 2)
+        per_row = 3 * self.standardizer.n_moments + 2 * self.d + (self.d_out or 0) * (self.d + 2)
         for sl in iter_sample_chunks(rows.n_rows, per_row):
             self._accumulate(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],
                              None if rows.Y is None else rows.Y[sl])

@@ -7,7 +7,7 @@ import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from .._features import features_matvec, features_rmatvec, n_attention_features
+from .._features import features_matvec, features_rmatvec
 from .._memory import iter_sample_chunks, n_pairs, resolve_budget
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._solution import SpectralSolution, ridge_penalty, zero_design_solution
@@ -39,8 +39,8 @@ class _ImplicitGram:
         self.design = design
         self.n_rows = design.n_rows
         self.d = design.d
-        self.P = n_pairs(self.d)
-        self.psi = n_attention_features(self.d)
+        self.P = design.standardizer.n_moments
+        self.psi = design.standardizer.n_features
         self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
         self._cache = None
         rows = design.rows

@@ -3,7 +3,7 @@
 import numpy as np
 import scipy.linalg
 
-from .._features import _outer_features, features_rmatvec, n_attention_features
+from .._features import _outer_features, features_rmatvec
 from .._spectrum import descending_eigh, eigenvalue_tolerance
 from ._solution import SpectralSolution, dense_solution, ridge_penalty
 
@@ -17,7 +17,7 @@ def solve_svd(design, alpha=0.0, options=None):
     eigenvalues of the Gram matrix are the squared singular values.  Memory
     O(n_rows * psi).
     """
-    psi = n_attention_features(design.d)
+    psi = design.standardizer.n_features
     standardizer = design.standardizer
     rows = design.all_rows()
     S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
@@ -46,7 +46,7 @@ def solve_dual(design, alpha=0.0, options=None):
     above the zero-eigenvalue tolerance, giving the minimum-norm solution).
     Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
     """
-    psi = n_attention_features(design.d)
+    psi = design.standardizer.n_features
     standardizer = design.standardizer
     rows = design.all_rows()
     S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y

@@ -10,7 +10,6 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._features import (
     last_tokens,
-    n_attention_features,
     sparse_feature_rows,
     sparse_target_rows,
 )
@@ -55,7 +54,7 @@ def solve_lsmr(design, alpha=0.0, options=None):
     max_iter, memory_budget = options.get("max_iter"), options.get("memory_budget")
     X, lengths, Y, sample_weight = design.arrays
     readout, standardizer, dtype = design.readout, design.standardizer, design.dtype
-    psi = n_attention_features(X.shape[2])
+    psi = standardizer.n_features
     # The rows themselves may use the whole budget; ``memory_budget`` decides
     # only whether the certificate's dense eigen-decomposition fits.
     H, sample = sparse_feature_rows(X, lengths, readout, sample_weight=sample_weight,
