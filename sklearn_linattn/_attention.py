@@ -7,9 +7,14 @@ Convention, with ``X[i]`` of shape (n_tokens, d) the paper's ``Z_i^T``:
 ``V`` has shape (n_heads, d_out, d) and ``Q`` shape (n_heads, d, d).  The
 output is linear in the cubic features: ``y_a = <coef[a], H(X)>`` with
 ``coef = attention_coefficients(V, Q)`` of shape (d_out, psi).
+
+With fixed per-head decays (retention), head h weighs the token k positions
+before the readout by ``gamma_h**k``: ``S = sum_t gamma_h**(n - 1 - t) x_t
+x_t^T``, the prefix recurrence ``S_t = gamma_h S_(t-1) + x_t x_t^T``.
 """
 
 import numpy as np
+from scipy.signal import lfilter
 
 from ._features import fold_coefficients
 from ._memory import (
@@ -28,7 +33,7 @@ from ._validation import (
     check_readout,
     check_sequences,
 )
-from ._params import check_number
+from ._params import check_head_decays, check_number
 
 __all__ = [
     "attention_coefficients",
@@ -98,7 +103,7 @@ def _restore_scale(y, exponents, start):
     return out
 
 
-def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
+def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
     """Output of a one-layer multi-head linear attention.
 
     Parameters
@@ -118,6 +123,11 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
     readout : {"last", "all"}, default="last"
         ``"last"``: the output at the last real token.  ``"all"``: the causal
         output at every position.
+    decays : None, float or array-like of shape (n_heads,), default=None
+        Fixed decay of each head, each in (0, 1] (retention, as in RetNet):
+        head h weighs the token k positions before the output's position by
+        ``decays[h]**k``.  A float is the decay of every head; None (or 1) is
+        no decay.  Padded positions are not steps.
 
     Returns
     -------
@@ -128,13 +138,26 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
     Raises
     ------
     ValueError
-        When V or Q is not finite or complex, or when an output exceeds the
+        When V or Q is not finite or complex, when ``decays`` has the wrong
+        shape or a value outside (0, 1], or when an output exceeds the
         float64 range (the message names the sample).
     TypeError
-        When V or Q does not hold numbers.
+        When V, Q or ``decays`` does not hold numbers.
 
     Notes
     -----
+    The output at position r (the last real token for ``"last"``, every real
+    position for ``"all"``) is::
+
+        y_r = sum_h V_h S_r^(h) Q_h x_r,   S_r^(h) = sum_(t <= r) gamma_h**(r - t) x_t x_t^T,
+
+    that is ``S_r = gamma_h S_(r-1) + x_r x_r^T``, with ``gamma_h = decays[h]``
+    (1 without decays).  Decays only shrink terms, and the exact rescaling
+    described next holds with them.  A weight ``gamma_h**k`` below the normal float64
+    range (2**-1022 of the weight 1 of the output's own token) keeps fewer
+    digits, and one below 2**-1074 is zero (e.g. ``gamma_h = 0.5`` more than
+    1074 tokens back): the far past then counts as nothing.
+
     The result does not depend on the units: each sequence is rescaled by the
     power of two that brings its largest entry to [0.5, 1) (``y(2**e X) =
     2**(3e) y(X)`` holds exactly), each head is balanced by a power of two
@@ -162,9 +185,23 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
 
     >>> mhla_forward(2.0**400 * X, 2.0**-900 * V, 2.0**-300 * Q)
     array([[0., 8.]])
+
+    With a decay of 0.5 the token one step before the last one counts half:
+
+    >>> Z = np.array([[[1.0, 0.0], [1.0, 1.0]]])
+    >>> mhla_forward(Z, V, Q)
+    array([[3., 2.]])
+    >>> mhla_forward(Z, V, Q, decays=0.5)
+    array([[2.5, 2. ]])
+    >>> mhla_forward(Z, V, Q, readout="all", decays=[0.5])
+    array([[[1. , 0. ],
+            [2.5, 2. ]]])
     """
     V, Q = check_heads(V, Q)
     check_readout(readout)
+    decays = check_head_decays(decays, V.shape[0])
+    if decays is not None and np.all(decays == 1.0):
+        decays = None  # no decay: the plain path, bit for bit
     if lengths is None:
         X, lengths = check_sequences(X, n_features_in=V.shape[2])
     else:
@@ -196,33 +233,75 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last"):
             Vc, Qc, shift = _scaled_heads(V_given, Q_given, units)
         Xc, e = scale_per_sample(Xc, safe=SAFE_EXPONENT)
         if readout == "last":
-            y = _forward_last(Xc, Vc, Qc, lengths[sl])
+            y = _forward_last(Xc, Vc, Qc, lengths[sl], decays)
         else:
-            y = _forward_all(Xc, Vc, Qc, lengths[sl])
+            y = _forward_all(Xc, Vc, Qc, lengths[sl], decays)
         out[sl] = _restore_scale(y, 3 * e + shift, sl.start)
     return out
 
 
-def _forward_last(X, V, Q, lengths):
+def _decay_groups(decays):
+    """The distinct decays and, for each, the indices of its heads."""
+    values, inverse = np.unique(decays, return_inverse=True)
+    return [(float(g), np.flatnonzero(inverse == i)) for i, g in enumerate(values)]
+
+
+def _decay_weights(decays, lags):
+    """``decays**lags`` for lags >= 0 and 0 for negative lags, shape ``decays.shape + lags.shape``.
+
+    Negative lags (padding after the readout, or later tokens) are clipped
+    before the power: ``gamma**-k`` could overflow, and inf * 0 is NaN.
+    """
+    decays = np.asarray(decays, dtype=np.float64)
+    shape = decays.shape + (1,) * lags.ndim
+    # A tiny gamma**k underflows to zero: that token's weight is below
+    # 2**-1074 of the weight 1 of the readout's own token.
+    with np.errstate(under="ignore"):
+        w = np.power(decays.reshape(shape), np.maximum(lags, 0))
+    return w * (lags >= 0)
+
+
+def _forward_last(X, V, Q, lengths, decays=None):
     x_last = X[np.arange(X.shape[0]), lengths - 1]
     q = np.einsum("hkl,nl->nhk", Q, x_last)
     scores = np.matmul(q, X.transpose(0, 2, 1))  # (n, h, t): x_t^T Q_h x_last
+    if decays is not None:
+        # Token t of sequence n is lengths[n] - 1 - t steps before its last one.
+        lags = lengths[:, None] - 1 - np.arange(X.shape[1])[None, :]
+        scores *= _decay_weights(decays, lags).transpose(1, 0, 2)  # (n, h, t)
     ctx = np.matmul(scores, X)  # (n, h, d): sum_t x_t score_t
     return np.einsum("haj,nhj->na", V, ctx)
 
 
-def _forward_all(X, V, Q, lengths):
+def _forward_all(X, V, Q, lengths, decays=None):
     n_samples, n_tokens, d = X.shape
     q = np.einsum("hkl,ntl->nhtk", Q, X)  # Q_h x_t
     if d * d <= Q.shape[0] * n_tokens:
         # y_t = sum_h V_h S_t Q_h x_t with S_t the running second moment.
-        S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
-        # Batched GEMM (S_t is symmetric): ctx[n, h, t] = S[n, t] @ q[n, h, t].
-        ctx = np.matmul(q.transpose(0, 2, 1, 3), S).transpose(0, 2, 1, 3)
+        if decays is None:
+            S = np.cumsum(X[:, :, :, None] * X[:, :, None, :], axis=1)
+            # Batched GEMM (S_t is symmetric): ctx[n, h, t] = S[n, t] @ q[n, h, t].
+            ctx = np.matmul(q.transpose(0, 2, 1, 3), S).transpose(0, 2, 1, 3)
+        else:
+            outer = X[:, :, :, None] * X[:, :, None, :]
+            ctx = np.empty_like(q)
+            for gamma, heads in _decay_groups(decays):
+                # S_t = gamma S_(t-1) + x_t x_t^T along the tokens: a first-order
+                # recursive filter, run in C.  Padded tokens are zero; the
+                # positions after them are NaN in the output.
+                S = (np.cumsum(outer, axis=1) if gamma == 1.0
+                     else lfilter([1.0], [1.0, -gamma], outer, axis=1))
+                ctx[:, heads] = np.matmul(q[:, heads].transpose(0, 2, 1, 3),
+                                          S).transpose(0, 2, 1, 3)
     else:
         # Causal scores x_s^T Q_h x_t for s <= t, then their weighted sum of x_s.
         scores = np.matmul(q, X.transpose(0, 2, 1)[:, None])  # (n, h, t, s)
-        scores *= np.tril(np.ones((n_tokens, n_tokens)))
+        if decays is None:
+            scores *= np.tril(np.ones((n_tokens, n_tokens)))
+        else:
+            # gamma_h**(t - s) for s <= t, 0 above the diagonal.
+            positions = np.arange(n_tokens)
+            scores *= _decay_weights(decays, positions[:, None] - positions[None, :])
         ctx = np.matmul(scores, X[:, None])  # (n, h, t, d)
     y = np.einsum("haj,nhtj->nta", V, ctx)
     y[~real_tokens(lengths, n_tokens)] = np.nan
@@ -266,14 +345,16 @@ def _check_rounding(rounding, d):
 
 
 def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=None,
-                  skip_coef=None):
+                  skip_coef=None, decays=None):
     """Run a linear-attention model autoregressively for ``n_steps`` tokens.
 
-    At each step the output at the last token, ``y = sum_h V_h S Q_h x_last``
-    with ``S = sum_t x_t x_t^T``, is (optionally) rounded to a token and
-    appended to the sequence; every sequence of the batch grows at its own
-    end.  The running second moment S is updated by one outer product per
-    step, so a step costs O(n_heads d^2) per sequence whatever the length.
+    At each step the output at the last token, ``y = sum_h V_h S^(h) Q_h
+    x_last`` with ``S^(h) = sum_t gamma_h**(n - 1 - t) x_t x_t^T`` (n tokens
+    so far; ``gamma_h = 1`` without decays), is (optionally) rounded to a
+    token and appended to the sequence; every sequence of the batch grows at
+    its own end.  The running second moments are updated by one outer
+    product per step, ``S <- gamma S + x x^T`` (one per distinct decay), so a
+    step costs O(n_heads d^2) per sequence whatever the length.
 
     Parameters
     ----------
@@ -300,6 +381,11 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
     skip_coef : array-like of shape (d, d) or None, default=None
         A linear term in the last token added to every output,
         ``skip_coef @ x_last`` (``skip_coef_``: the residual path).
+    decays : None, float or array-like of shape (n_heads,), default=None
+        Fixed decay of each head, each in (0, 1], as in :func:`mhla_forward`:
+        each step's output is ``mhla_forward(sequence, V, Q, decays=decays)``
+        of the sequence so far.  A float is the decay of every head; None (or
+        1) is no decay.
 
     Returns
     -------
@@ -310,12 +396,13 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
     Raises
     ------
     ValueError
-        When V or Q is not finite or complex; when the output would not fit
+        When V or Q is not finite or complex; when ``decays`` has the wrong
+        shape or a value outside (0, 1]; when the output would not fit
         in the memory budget (half the physical memory; the message says how
         many steps fit); when a generated value exceeds the float64 range (the
         message names the step and the prompt).
     TypeError
-        When V or Q does not hold numbers.
+        When V, Q or ``decays`` does not hold numbers.
 
     See Also
     --------
@@ -335,6 +422,15 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
     ...                     [0., 1., 0., 0.]]])  # query: key 1
     >>> mhla_generate(memory, V, Q, 1)[0, -1]
     array([0., 0., 1., 0.])
+
+    With one scalar token and ``V = Q = 1`` each output is ``S x_last``; a
+    decay of 0.5 halves the weight of the past at every step:
+
+    >>> one = np.ones((1, 1, 1))
+    >>> mhla_generate(one, one, one, 3).ravel()
+    array([ 1.,  1.,  2., 12.])
+    >>> mhla_generate(one, one, one, 3, decays=0.5).ravel()
+    array([1. , 1. , 1.5, 4.5])
     """
     V, Q = check_heads(V, Q)
     d = Q.shape[1]
@@ -343,6 +439,9 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
             "mhla_generate appends each output to its sequence, so V must have shape "
             f"(n_heads, d, d) with d_out = d = {d}; got V of shape {V.shape}."
         )
+    decays = check_head_decays(decays, V.shape[0])
+    if decays is not None and np.all(decays == 1.0):
+        decays = None  # no decay: the plain path, bit for bit
     n_steps = check_number(n_steps, "n_steps", integer=True, low=0)
     if lengths is None:
         X, lengths = check_sequences(X, n_features_in=d)
@@ -368,7 +467,8 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
     # One BLAS thread: the batched q @ S is one small GEMM per sequence, which
     # threads only slow down (36 times, for 96 sequences, 321 heads, d = 44).
     with single_blas_thread():
-        _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_, terms)
+        _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_, terms,
+                       decays)
     return out
 
 
@@ -402,20 +502,37 @@ def _check_generated(values, step, n_steps, start, what):
         )
 
 
-def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_, terms):
+def _decayed_moments(X, lengths, gamma):
+    """``sum_t gamma**(lengths - 1 - t) x_t x_t^T`` of each zero-padded sequence, (n, d, d)."""
+    if gamma == 1.0:
+        return np.matmul(X.transpose(0, 2, 1), X)
+    lags = lengths[:, None] - 1 - np.arange(X.shape[1])[None, :]
+    w = _decay_weights(gamma, lags)  # 0 at the padding
+    return np.matmul((X * w[:, :, None]).transpose(0, 2, 1), X)
+
+
+def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_, terms,
+                   decays=None):
     intercept, skip = terms
     with_terms = bool(intercept.any() or skip.any())
     n_samples = X.shape[0]
-    for sl in iter_sample_chunks(n_samples, d * d + n_heads * d):
+    # One running moment per distinct decay, shared by its heads.
+    groups = [(1.0, np.arange(n_heads))] if decays is None else _decay_groups(decays)
+    for sl in iter_sample_chunks(n_samples, len(groups) * d * d + n_heads * d):
         Xc = zero_padding(np.asarray(X[sl], dtype=np.float64), lengths[sl])
-        S = np.matmul(Xc.transpose(0, 2, 1), Xc)
+        moments = [_decayed_moments(Xc, lengths[sl], gamma) for gamma, _ in groups]
         rows = np.arange(Xc.shape[0])
         pos = lengths[sl].copy()
         x = Xc[rows, pos - 1]
         for step in range(n_steps):
             with np.errstate(over="ignore", invalid="ignore"):
                 q = (x @ Q_flat.T).reshape(len(x), n_heads, d)  # Q_h x_last
-                ctx = np.matmul(q, S)  # (S Q_h x_last)^T, S symmetric
+                if len(groups) == 1:
+                    ctx = np.matmul(q, moments[0])  # (S Q_h x_last)^T, S symmetric
+                else:
+                    ctx = np.empty_like(q)
+                    for (_, heads), S in zip(groups, moments):
+                        ctx[:, heads] = np.matmul(q[:, heads], S)
                 y = ctx.reshape(len(x), n_heads * d) @ V_flat
                 if with_terms:
                     y += intercept + x @ skip.T
@@ -426,8 +543,12 @@ def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_,
             if round_ is not None:
                 _check_generated(x, step, n_steps, sl.start, "rounded token")
             out[sl][rows, pos] = x
-            with np.errstate(over="ignore", invalid="ignore"):
-                S += x[:, :, None] * x[:, None, :]
+            with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+                outer = x[:, :, None] * x[:, None, :]
+                for (gamma, _), S in zip(groups, moments):
+                    if gamma != 1.0:
+                        S *= gamma
+                    S += outer
             pos += 1
 
 
