@@ -15,16 +15,19 @@ import numpy as np
 import torch
 
 from ._validation import check_readout
-from ._params import check_number
+from ._params import check_head_decays, check_number
 from .layouts import _check_float64_size, _dense_weight, heads_from_projections
 
 __all__ = ["AttentionHeads", "from_torch"]
 
 #: What :func:`from_torch` returns: the heads and the affine terms of a layer
-#: as float64 arrays (intercept and skip_coef None when the layer has none).
+#: as float64 arrays (intercept and skip_coef None when the layer has none),
+#: its readout, and the heads' fixed decays (None: no decay; the last field,
+#: None unless given, so that tuples built without it keep working).
 AttentionHeads = namedtuple(
     "AttentionHeads",
-    ["value_matrices", "key_query_matrices", "intercept", "skip_coef", "readout"],
+    ["value_matrices", "key_query_matrices", "intercept", "skip_coef", "readout", "decays"],
+    defaults=(None,),
 )
 
 # What from_torch reads.  Weights by role: the package's own layout, then the names of
@@ -66,6 +69,14 @@ _HINTS = (
     "(dotted paths such as 'attn.wq'; n_heads=... for fused 2-D weights), or compute the "
     "heads from the weights with sklearn_linattn.heads_from_projections."
 )
+
+
+def _head_decays(value, n_heads, label):
+    """One decay per head as float64 (n_heads,), or None; the message names ``label``."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        value = _weight_array(value, label)
+        value = value.item() if value.ndim == 0 else value
+    return check_head_decays(value, n_heads, name=label)
 
 
 def _scalar(value, label, what, **limits):
@@ -273,7 +284,7 @@ def _split_heads(W, labels, n_heads, n_kv_heads, dims):
             np.repeat(W["v"].reshape(H_kv, d_v, d), group, axis=0))
 
 
-def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
+def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, decays=None):
     """The heads and affine terms of a linear attention layer, as NumPy arrays.
 
     Reads the weights of a layer computing causal multi-head linear attention
@@ -284,13 +295,15 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
     normalization or feature map), and returns the package's heads
     ``V_h = W_o[:, block h] W_v[h]`` and ``Q_h = scale * W_k[h]^T W_q[h]``:
     exact up to rounding, in float64 whatever the layer's dtype and device.
-    The weights are found
+    A layer whose head h weights the token s by a fixed ``gamma_h ** (t - s)``
+    (multi-scale retention with fixed decays) has the same heads and the
+    decays ``gamma_h``.  The weights are found
 
     - in a :class:`MultiHeadLinearAttention`, or any object with its
       attributes ``W_q``, ``W_k``, ``W_v`` (per head, of shape
       (n_heads, rows, d), or fused 2-D of shape (n_heads * rows, d) with
       ``n_heads``), ``W_o`` (None: no output projection), and optionally
-      ``scale``, ``bias``, ``skip`` and ``readout``;
+      ``scale``, ``bias``, ``skip``, ``readout`` and ``decay`` (one per head);
     - under the names of flash-linear-attention and most PyTorch code:
       ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` (or ``out_proj``), each a
       ``torch.nn.Linear`` whose weight has shape (out, in) and rows
@@ -330,15 +343,24 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
         ``1 / sqrt(d_k)`` is assumed, the default of the package's layer and
         of flash-linear-attention's kernels: pass ``scale=1.0`` for a layer
         that does not scale its scores.
+    decays : float, array-like of shape (n_heads,) or None, default=None
+        Fixed decay of each head, in (0, 1], for a layer whose decays are not
+        among its weights (one float: every head's); it overrides the
+        layer's.  None: the ``decay`` attribute of the package's layout (no
+        decay when it is absent or None).  A layer found by its projections
+        (``q_proj``, ... or ``names``) that has a ``decay`` attribute needs
+        ``decays``: from_torch does not guess how such a layer stores them.
 
     Returns
     -------
     heads : AttentionHeads
         A named tuple ``(value_matrices, key_query_matrices, intercept,
-        skip_coef, readout)``: float64 arrays of shape (n_heads, d_out, d)
-        and (n_heads, d, d) for :func:`~sklearn_linattn.mhla_forward`, the
-        constant term (d_out,) and the linear term (d_out, d) (each None when
-        the layer has none), and the readout.
+        skip_coef, readout, decays)``: float64 arrays of shape
+        (n_heads, d_out, d) and (n_heads, d, d) for
+        :func:`~sklearn_linattn.mhla_forward`, the constant term (d_out,) and
+        the linear term (d_out, d) (each None when the layer has none), the
+        readout, and the heads' fixed decays, float64 of shape (n_heads,)
+        (None when the layer has none).
 
     Raises
     ------
@@ -352,8 +374,10 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
         embeddings, a convolution: the attributes of flash-linear-attention's
         layers); when a weight is not finite, has no values (the meta
         device) or would not fit the memory budget as float64 (checked
-        before copying); when ``scale`` is not one positive number; or when
-        the sizes do not fit together.
+        before copying); when ``scale`` is not one positive number; when
+        ``decays`` (or the layer's ``decay``) is not one number in (0, 1] per
+        head, or a layer found by its projections has a ``decay`` attribute
+        and ``decays`` is not given; or when the sizes do not fit together.
 
     See Also
     --------
@@ -364,8 +388,9 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
     -----
     ``from_torch`` reads weights, not the forward pass.  A layer with these
     names that computes something else inside its forward (a softmax,
-    positions, decays) gives the heads of another function: compare
-    ``layer(x)`` with the heads on a random input once when in doubt.
+    positions, decays not passed as ``decays``) gives the heads of another
+    function: compare ``layer(x)`` with the heads on a random input once when
+    in doubt.  Layers whose decays depend on the data (gates) are refused.
 
     Examples
     --------
@@ -391,6 +416,14 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
     ...     "q": "wq", "k": "wk", "v": "wv", "o": "wo", "n_heads": "heads"})
     >>> heads.value_matrices.shape, heads.key_query_matrices.shape, heads.readout
     ((2, 8, 8), (2, 8, 8), 'all')
+
+    Fixed decays, read from the package's layer or given for another:
+
+    >>> from_torch(MultiHeadLinearAttention(3, n_heads=2, decay=[0.5, 0.75])).decays
+    array([0.5 , 0.75])
+    >>> from_torch(Attention(), scale=1.0, decays=0.9, names={
+    ...     "q": "wq", "k": "wk", "v": "wv", "o": "wo", "n_heads": "heads"}).decays
+    array([0.9, 0.9])
     """
     if names is None:
         paths, package = _find_layout(module)
@@ -472,6 +505,18 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
                            "the factor of every score", low=0.0, low_open=True)
         if scale is None:
             scale = 1.0 / math.sqrt(W_q.shape[1])
+    if decays is not None:
+        decays = _head_decays(decays, W_q.shape[0], "decays")
+    else:
+        own = getattr(owner, "decay", None)
+        if own is not None and package:
+            decays = _head_decays(own, W_q.shape[0], f"{owner_label}.decay")
+        elif own is not None and own is not False:
+            raise ValueError(
+                f"{owner_label}.decay is {type(own).__name__}: the layer may weight its "
+                "scores by decays, which its projections do not carry. Pass decays=... (one "
+                "per head in (0, 1], 1.0 for none) to say what they are."
+            )
     V, Q = heads_from_projections(W_q, W_k, W_v, W["o"], scale=scale)
     d_out, d = V.shape[1:]
     if readout is None:
@@ -498,4 +543,5 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None):
                 f"{where[name]} must have shape {shape} for heads with d_out={d_out} and "
                 f"d={d}; got shape {affine[name].shape}."
             )
-    return AttentionHeads(V, Q, affine["bias"], affine["skip"], check_readout(readout))
+    return AttentionHeads(V, Q, affine["bias"], affine["skip"], check_readout(readout),
+                          decays)

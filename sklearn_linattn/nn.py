@@ -2,8 +2,9 @@
 
 This module needs PyTorch (the ``torch`` extra); the rest of the package does
 not import it.  The layer is the standard causal multi-head linear attention
-of :func:`~sklearn_linattn.heads_from_projections`; :func:`to_torch` and
-:func:`from_torch` convert between it and the package's heads exactly.
+of :func:`~sklearn_linattn.heads_from_projections`, optionally with fixed
+per-head decays; :func:`to_torch` and :func:`from_torch` convert between it
+and the package's heads exactly.
 """
 
 import math
@@ -16,7 +17,7 @@ from ._validation import (
     as_real_array,
     check_readout,
 )
-from ._params import check_number
+from ._params import check_head_decays, check_number
 from ._torch_reader import AttentionHeads, from_torch
 from .layouts import projections_from_heads
 
@@ -39,7 +40,14 @@ class MultiHeadLinearAttention(torch.nn.Module):
     with ``q = W_q[h] x``, ``k = W_k[h] x`` and ``v = W_v[h] x``: the package's
     MHLA with heads ``heads_from_projections(W_q, W_k, W_v, W_o, scale=scale)``
     plus an affine term in the current token.  No softmax and no
-    normalization: the scores enter linearly.
+    normalization: the scores enter linearly.  With ``decay``, head h weights
+    the token s by ``decay[h] ** (t - s)`` (fixed decays, the multi-scale
+    retention of RetNet):
+
+        ``... concat_h [scale * sum_{s <= t} decay[h] ** (t - s) (q_t . k_s) v_s]``
+
+    so that the package's head form is ``y_t = sum_h V_h S_t^(h) Q_h x_t``
+    with ``S_t^(h) = sum_{s <= t} decay[h] ** (t - s) x_s x_s^T``.
 
     Parameters
     ----------
@@ -60,6 +68,12 @@ class MultiHeadLinearAttention(torch.nn.Module):
         (batch, d_out).  ``"all"``: the output at every position, shape
         (batch, n_tokens, d_out), zero at positions a mask pads and NaN at
         NaN-padded positions.
+    decay : float, sequence of n_heads floats or None, default=None
+        Fixed decay of each head, in (0, 1] (one float: every head's; 1 is no
+        decay).  Distances count real tokens only: with ``readout="last"``
+        the token s of a sequence whose last real token is n weighs
+        ``decay[h] ** (n - s)``; padding adds nothing.  None: no decay.  The
+        decays are not trained (a buffer, not a parameter).
     bias : bool, default=False
         Whether the output has a learned constant term ``bias`` (initialized
         to zero).
@@ -85,6 +99,9 @@ class MultiHeadLinearAttention(torch.nn.Module):
         Constant term; None without ``bias=True``.
     skip : torch.nn.Parameter of shape (d_out, d) or None
         Linear term in the current token; None without ``skip=True``.
+    decay : torch.Tensor of shape (n_heads,) or None
+        The heads' fixed decays (a buffer of the parameters' dtype, saved in
+        ``state_dict``); None without ``decay``.
 
     See Also
     --------
@@ -100,10 +117,18 @@ class MultiHeadLinearAttention(torch.nn.Module):
     >>> mask = torch.arange(5) < torch.tensor([5, 3, 2, 1])[:, None]  # four lengths
     >>> layer(x, mask).shape
     torch.Size([4, 1])
+
+    Two heads with fixed decays, one of them none:
+
+    >>> layer = MultiHeadLinearAttention(3, n_heads=2, decay=[0.9, 1.0], dtype=torch.float64)
+    >>> layer.decay
+    tensor([0.9000, 1.0000], dtype=torch.float64)
+    >>> layer(x, mask).shape
+    torch.Size([4, 3])
     """
 
     def __init__(self, d, n_heads=1, *, d_k=None, d_v=None, d_out=None, scale=None,
-                 readout="last", bias=False, skip=False, dtype=None, device=None):
+                 readout="last", decay=None, bias=False, skip=False, dtype=None, device=None):
         # numpydoc ignore=PR01,EX01
         """Create the parameters, drawn by ``reset_parameters``; the arguments are the class's."""
         super().__init__()
@@ -115,6 +140,9 @@ class MultiHeadLinearAttention(torch.nn.Module):
         self.scale = (1.0 / math.sqrt(d_k) if scale is None
                       else check_number(scale, "scale", low=0.0, low_open=True))
         self.readout = check_readout(readout)
+        if isinstance(decay, torch.Tensor):
+            decay = decay.detach().cpu().tolist()
+        decay = check_head_decays(decay, self.n_heads, name="decay")
         dtype = torch.get_default_dtype() if dtype is None else dtype
         if dtype not in _FLOATS:
             raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}.")
@@ -125,6 +153,9 @@ class MultiHeadLinearAttention(torch.nn.Module):
         self.W_o = torch.nn.Parameter(torch.empty(d_out, self.n_heads * d_v, **kw))
         self.bias = torch.nn.Parameter(torch.empty(d_out, **kw)) if bias else None
         self.skip = torch.nn.Parameter(torch.empty(d_out, d, **kw)) if skip else None
+        # A buffer: it follows .to(device, dtype) and state_dict, and no optimizer trains it.
+        self.register_buffer(
+            "decay", None if decay is None else torch.as_tensor(decay, **kw))
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -151,18 +182,31 @@ class MultiHeadLinearAttention(torch.nn.Module):
                 if W is not None:
                     W.zero_()
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Loading copies buffers without looking at them: check the decays first (decays
+        # outside (0, 1] make outputs grow with the distance instead of fading).  Missing,
+        # unexpected and misshapen keys are left to load_state_dict's own rules.
+        decay = state_dict.get(prefix + "decay")
+        if (self.decay is not None and isinstance(decay, torch.Tensor)
+                and decay.shape == self.decay.shape):
+            check_head_decays(decay.detach().cpu().tolist(), self.n_heads,
+                              name=f"state_dict[{prefix + 'decay'!r}]")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def extra_repr(self):  # numpydoc ignore=EX01
         """The sizes, as ``print(module)`` shows them.
 
         Returns
         -------
         str
-            The token dimension, heads, sizes, scale and readout.
+            The token dimension, heads, sizes, scale, readout and decays.
         """
         H, d_k, d = self.W_q.shape
+        decay = (None if self.decay is None
+                 else "[" + ", ".join(f"{g:.6g}" for g in self.decay.tolist()) + "]")
         return (f"d={d}, n_heads={H}, d_k={d_k}, d_v={self.W_v.shape[1]}, "
                 f"d_out={self.W_o.shape[0]}, scale={self.scale:.6g}, "
-                f"readout={self.readout!r}, bias={self.bias is not None}, "
+                f"readout={self.readout!r}, decay={decay}, bias={self.bias is not None}, "
                 f"skip={self.skip is not None}")
 
     def _check_input(self, x, mask):
@@ -276,9 +320,17 @@ class MultiHeadLinearAttention(torch.nn.Module):
         batch, n_tokens, _ = x.shape
         k = torch.einsum("hkd,bnd->bhnk", self.W_k, x)
         v = torch.einsum("hvd,bnd->bhnv", self.W_v, x)
+        positions = torch.arange(n_tokens, device=x.device)
         if self.readout == "last":
             x_out = x[torch.arange(batch, device=x.device), last]  # (batch, d)
             q = torch.einsum("hkd,bd->bhk", self.W_q, x_out)
+            if self.decay is not None:
+                # decay[h] ** (last - s) on each key (multiplying by exact ones keeps a decay
+                # of 1 bit for bit the layer without decay).  Past the last token the
+                # exponent is clamped at zero, and the padded keys there are zero.
+                steps = (last[:, None] - positions).clamp(min=0)                  # (b, n)
+                weights = torch.pow(self.decay[:, None, None], steps)             # (h, b, n)
+                k = k * weights.transpose(0, 1)[..., None]
             # Padded keys and values are zero, so summing over all positions is causal.
             state = torch.einsum("bhnk,bhnv->bhkv", k, v)
             heads = torch.einsum("bhk,bhkv->bhv", q, state).flatten(start_dim=1)
@@ -288,6 +340,12 @@ class MultiHeadLinearAttention(torch.nn.Module):
             scores = torch.einsum("bhtk,bhsk->bhts", q, k)
             causal = torch.ones(n_tokens, n_tokens, dtype=torch.bool, device=x.device).tril()
             scores = scores.masked_fill(~causal, 0.0)
+            if self.decay is not None:
+                # decay[h] ** (t - s) below the diagonal (exponents clamped at zero above it,
+                # where the scores are already zero): padding trails, so t - s counts real
+                # tokens.
+                steps = (positions[:, None] - positions).clamp(min=0)             # (t, s)
+                scores = scores * torch.pow(self.decay[:, None, None], steps)
             heads = torch.einsum("bhts,bhsv->bthv", scores, v).flatten(start_dim=2)
         y = self.scale * heads @ self.W_o.T
         if self.skip is not None:
@@ -395,6 +453,26 @@ def _fitted_affine(estimator, name, shape):
     return arr if np.any(arr != 0) else None
 
 
+def _factor_heads(V, Q, decays, **kwargs):
+    """The projections of heads (``projections_from_heads``) and the decay of each layer head.
+
+    A head may become several layer heads (``d_k`` or ``d_v`` below its
+    ranks), all with its decay: the heads of one decay are factored together,
+    and the groups concatenated in the order their decays first appear.
+    Without decays (or with one for all) this is ``projections_from_heads``.
+    """
+    if decays is None:
+        return projections_from_heads(V, Q, **kwargs), None
+    _, first = np.unique(decays, return_index=True)
+    groups = [decays == decays[i] for i in np.sort(first)]
+    parts = [projections_from_heads(V[g], Q[g], **kwargs) for g in groups]
+    p = type(parts[0])(*(np.concatenate(Ws, axis=1 if name == "W_o" else 0)
+                         for name, Ws in zip(parts[0]._fields, zip(*parts))))
+    layer_decays = np.concatenate([np.full(len(part.W_q), decays[g][0])
+                                   for part, g in zip(parts, groups)])
+    return p, layer_decays
+
+
 def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     """A fitted estimator as a :class:`MultiHeadLinearAttention` computing the same function.
 
@@ -402,13 +480,18 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     :func:`~sklearn_linattn.projections_from_heads` with ``scale = 1 / sqrt(d_k)``;
     with ``d_k`` (``d_v``) below the rank of some ``Q_h`` (``V_h``) the module
     has more heads than the estimator.  A fitted ``intercept_`` or
-    ``skip_coef_`` that is not zero becomes the module's ``bias`` or ``skip``.
+    ``skip_coef_`` that is not zero becomes the module's ``bias`` or ``skip``,
+    and the fitted decays of the heads, ``head_decays_`` (when the estimator
+    has them and they are not None), the module's ``decay``: each module head
+    gets the decay of the estimator head it comes from.
 
     Parameters
     ----------
     estimator : LinearAttentionRegressor or AdamLinearAttentionRegressor
         A fitted estimator (anything with ``value_matrices_``,
-        ``key_query_matrices_``, ``n_features_in_`` and ``readout``).
+        ``key_query_matrices_``, ``n_features_in_`` and ``readout``;
+        optionally ``intercept_``, ``skip_coef_`` and ``head_decays_``, None
+        or one decay in (0, 1] per head).
     d_k : int or None, default=None
         Size of each head's queries and keys; None is d (one module head per
         estimator head).
@@ -431,8 +514,9 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     ------
     ValueError
         When a fitted attribute (``value_matrices_``,
-        ``key_query_matrices_``, ``intercept_``, ``skip_coef_``) is not
-        finite or has the wrong shape; the message names it.
+        ``key_query_matrices_``, ``intercept_``, ``skip_coef_``,
+        ``head_decays_``) is not finite, out of range or has the wrong shape;
+        the message names it.
 
     Examples
     --------
@@ -460,15 +544,18 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
         raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}.")
     V, Q = _fitted_heads(estimator)
     d_out, d = V.shape[1:]
+    decays = getattr(estimator, "head_decays_", None)
+    if decays is not None:
+        decays = check_head_decays(decays, len(V), name="the estimator's head_decays_")
     size = d if d_k is None else _positive_int(d_k, "d_k")
     scale = 1.0 / math.sqrt(size)
-    p = projections_from_heads(V, Q, d_k=d_k, d_v=d_v, scale=scale)
+    p, layer_decays = _factor_heads(V, Q, decays, d_k=d_k, d_v=d_v, scale=scale)
     intercept = _fitted_affine(estimator, "intercept_", (d_out,))
     skip = _fitted_affine(estimator, "skip_coef_", (d_out, d))
     module = MultiHeadLinearAttention(
         d, len(p.W_q), d_k=p.W_q.shape[1], d_v=p.W_v.shape[1], d_out=d_out, scale=scale,
-        readout=estimator.readout, bias=intercept is not None, skip=skip is not None,
-        dtype=dtype,
+        readout=estimator.readout, decay=layer_decays, bias=intercept is not None,
+        skip=skip is not None, dtype=dtype,
     )
     values = {"W_q": p.W_q, "W_k": p.W_k, "W_v": p.W_v, "W_o": p.W_o,
               "bias": intercept, "skip": skip}
