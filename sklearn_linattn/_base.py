@@ -51,12 +51,17 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         heads = getattr(self, "_standardized_heads", None)
         if heads is None:
             out = mhla_forward(X, self.value_matrices_, self.key_query_matrices_, lengths,
-                               readout=self.readout)
+                               readout=self.readout, decays=self._head_decays())
         else:
             st = self.standardization_
             Xs = st.transform(X)
-            out = st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout))
+            out = st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout,
+                                                  decays=self._head_decays()))
         return self._add_terms(out, X, lengths)
+
+    def _head_decays(self):
+        """The decay of each head (None: no decays; estimators without them have none)."""
+        return getattr(self, "head_decays_", None)
 
     def _has_terms(self):
         return bool(np.any(getattr(self, "intercept_", 0.0))
@@ -166,7 +171,7 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             terms = {"intercept": self.intercept_, "skip_coef": self.skip_coef_}
         return to_data_format(mhla_generate(
             X, self.value_matrices_, self.key_query_matrices_, n_steps,
-            rounding=rounding, lengths=lengths, **terms,
+            rounding=rounding, lengths=lengths, decays=self._head_decays(), **terms,
         ), self._layout()["data_format"])
 
     def score(self, X, y, sample_weight=None):

@@ -192,16 +192,19 @@ def _prefix_moments(X, decays=None):
     P = j.size
     decays = (1.0,) if decays is None else decays
     S = np.empty((len(decays) * P,) + Xt.shape[1:], dtype=Xt.dtype)
+    # The products x_t x_t^T in the last block's place: each block reads them
+    # before that block, the last, overwrites them in place.
+    products = S[(len(decays) - 1) * P:]
     for p in range(P):
-        np.multiply(Xt[j[p]], Xt[k[p]], out=S[p])
+        np.multiply(Xt[j[p]], Xt[k[p]], out=products[p])
     for b, g in enumerate(decays):
         block = S[b * P:(b + 1) * P]
         if g == 1.0:
-            np.cumsum(S[:P], axis=2, out=block)
+            np.cumsum(products, axis=2, out=block)
         else:
             # The recurrence S_t = g S_{t-1} + x_t x_t^T along the tokens, in C.
             with np.errstate(under="ignore"):
-                block[...] = scipy.signal.lfilter([1.0], [1.0, -g], S[:P], axis=2)
+                block[...] = scipy.signal.lfilter([1.0], [1.0, -g], products, axis=2)
     return S.transpose(1, 2, 0)
 
 

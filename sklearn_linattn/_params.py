@@ -240,6 +240,10 @@ def check_head_decays(decays, n_heads, name="decays"):
         value = decays.item() if isinstance(decays, np.generic) else decays
         return np.full(int(n_heads), check_number(value, name, low=0.0, high=1.0,
                                                   low_open=True))
+    if np.asarray(decays).dtype.kind not in "iuf":
+        raise TypeError(
+            f"{name} must be None, a real number in (0, 1] or an array of one per head; got "
+            f"{decays!r}.")
     try:
         arr = np.asarray(decays, dtype=np.float64)
     except (TypeError, ValueError):

@@ -53,21 +53,22 @@ def ref_lengths(X):
     return lengths
 
 
-def _second_moment(X, i, n):
-    """S = sum_{t < n} x_t x_t^T of sequence i, as a list of lists."""
+def _second_moment(X, i, n, decay=1.0):
+    """S = sum_{t < n} decay**(n - 1 - t) x_t x_t^T of sequence i, as a list of lists."""
     d = X.shape[2]
     S = [[0.0] * d for _ in range(d)]
     for t in range(n):
+        weight = float(decay) ** (n - 1 - t)
         for j in range(d):
             for k in range(d):
-                S[j][k] += float(X[i, t, j]) * float(X[i, t, k])
+                S[j][k] += weight * float(X[i, t, j]) * float(X[i, t, k])
     return S
 
 
-def _features_of_prefix(X, i, n):
-    """H of the first n tokens of sequence i: S[j,k] * x_{n-1}[l]."""
+def _features_of_prefix(X, i, n, decay=1.0):
+    """H of the first n tokens of sequence i: S[j,k] * x_{n-1}[l] (S decayed)."""
     d = X.shape[2]
-    S = _second_moment(X, i, n)
+    S = _second_moment(X, i, n, decay)
     out = []
     for j, k in ref_pairs(d):
         for l in range(d):
@@ -81,6 +82,24 @@ def ref_features(X, lengths):
         [_features_of_prefix(X, i, lengths[i]) for i in range(X.shape[0])],
         dtype=np.float64,
     ).reshape(X.shape[0], ref_n_features(X.shape[2]))
+
+
+def ref_decayed_features(X, lengths, decays):
+    """The feature blocks of every decay side by side, by loops: (n_samples, K * psi)."""
+    return np.array(
+        [[v for g in decays for v in _features_of_prefix(X, i, lengths[i], g)]
+         for i in range(X.shape[0])], dtype=np.float64,
+    ).reshape(X.shape[0], len(decays) * ref_n_features(X.shape[2]))
+
+
+def ref_decayed_prefix_features(X, lengths, decays):
+    """Decayed feature blocks of every prefix: (n_samples, n_tokens, K * psi), zero at padding."""
+    n_samples, n_tokens, d = X.shape
+    out = np.zeros((n_samples, n_tokens, len(decays) * ref_n_features(d)))
+    for i in range(n_samples):
+        for t in range(lengths[i]):
+            out[i, t] = [v for g in decays for v in _features_of_prefix(X, i, t + 1, g)]
+    return out
 
 
 def ref_prefix_features(X, lengths):

@@ -1,0 +1,274 @@
+"""Fixed decays in the features and the fit: loop references, decayed teachers, the certificate."""
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sklearn_linattn import (
+    LinearAttentionFeatures,
+    LinearAttentionRegressor,
+    LinearAttentionRegressorCV,
+    certify_identifiability,
+    mhla_forward,
+)
+from sklearn_linattn._features import attention_features, prefix_features, row_factors
+from sklearn_linattn._memory import real_tokens
+
+from reference import ref_decayed_features, ref_decayed_prefix_features
+
+D, DECAYS = 4, (1.0, 0.6)
+
+
+def _padded(rng, n, n_tokens, d, *, scale=1.0, min_length=1):
+    lengths = rng.integers(min_length, n_tokens + 1, size=n)
+    lengths[0] = n_tokens
+    X = scale * rng.normal(size=(n, n_tokens, d))
+    X[~real_tokens(lengths, n_tokens)] = 0.0
+    return X, lengths
+
+
+def _nan_padded(X, lengths):
+    X = X.copy()
+    X[~real_tokens(lengths, X.shape[1])] = np.nan
+    return X
+
+
+def _teacher(seed=0, d=D, d_out=1):
+    rng = np.random.default_rng(seed)
+    V = rng.normal(size=(len(DECAYS), d_out, d))
+    Q = rng.normal(size=(len(DECAYS), d, d))
+    return V, Q, np.asarray(DECAYS)
+
+
+# ------------------------------------------------------------------ features
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    d=st.integers(1, 3),
+    n_tokens=st.integers(1, 6),
+    decays=st.lists(st.sampled_from([1.0, 0.9, 0.5, 1e-3, 0.999]), min_size=1, max_size=3,
+                    unique=True),
+    float32=st.booleans(),
+)
+def test_decayed_features_match_the_loop_reference(seed, d, n_tokens, decays, float32):
+    rng = np.random.default_rng(seed)
+    X, lengths = _padded(rng, 5, n_tokens, d)
+    if float32:
+        X = X.astype(np.float32)
+    decays = tuple(decays)
+    ref = ref_decayed_features(X.astype(np.float64), lengths, decays)
+    rtol = 1e-5 if float32 else 1e-12
+    H = attention_features(X, lengths, decays)
+    assert H.shape == ref.shape
+    np.testing.assert_allclose(H, ref, rtol=rtol, atol=rtol * np.abs(ref).max(initial=1.0))
+    ref_all = ref_decayed_prefix_features(X.astype(np.float64), lengths, decays)
+    H_all = prefix_features(X, lengths, decays)
+    np.testing.assert_allclose(H_all, ref_all, rtol=rtol,
+                               atol=rtol * np.abs(ref_all).max(initial=1.0))
+    # The row factors of readout "all" are the real rows, sample-major.
+    S, x, _ = row_factors(X, lengths, "all", decays)
+    rows = (S[:, :, None] * x[:, None, :]).reshape(S.shape[0], -1)
+    real = real_tokens(lengths, n_tokens)
+    np.testing.assert_allclose(rows, ref_all[real], rtol=rtol,
+                               atol=rtol * np.abs(ref_all).max(initial=1.0))
+
+
+def test_a_decay_of_one_is_the_plain_block():
+    rng = np.random.default_rng(0)
+    X, lengths = _padded(rng, 6, 5, 3)
+    plain = attention_features(X, lengths)
+    np.testing.assert_array_equal(attention_features(X, lengths, (1.0,)), plain)
+    np.testing.assert_array_equal(prefix_features(X, lengths, (1.0,)),
+                                  prefix_features(X, lengths))
+
+
+def test_the_transformer_gives_the_decayed_blocks_and_their_names():
+    rng = np.random.default_rng(1)
+    X, lengths = _padded(rng, 7, 5, 2, min_length=2)
+    Xn = _nan_padded(X, lengths)
+    feats = LinearAttentionFeatures(decay=[1.0, 0.5]).fit(Xn)
+    assert feats.n_features_out_ == 2 * 6
+    np.testing.assert_allclose(feats.transform(Xn), ref_decayed_features(X, lengths, (1.0, 0.5)),
+                               rtol=1e-12)
+    names = feats.get_feature_names_out()
+    assert names[0] == "S@1[x0,x0]*last[x0]" and names[6] == "S@0.5[x0,x0]*last[x0]"
+    all_rows = LinearAttentionFeatures(readout="all", decay=0.5).fit(Xn).transform(Xn)
+    real = real_tokens(lengths, 5)
+    np.testing.assert_allclose(all_rows, ref_decayed_prefix_features(X, lengths, (0.5,))[real],
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("decay, error", [
+    (0.0, ValueError), (1.5, ValueError), ([0.5, 0.5], ValueError), ([], ValueError),
+    ("0.5", TypeError), (float("nan"), ValueError), ([[0.5]], ValueError),
+])
+def test_bad_decays_are_refused_naming_the_parameter(decay, error):
+    X = np.random.default_rng(0).normal(size=(40, 3, 2))
+    y = X[:, -1, 0]
+    for make in (lambda: LinearAttentionRegressor(decay=decay).fit(X, y),
+                 lambda: LinearAttentionFeatures(decay=decay).fit(X),
+                 lambda: certify_identifiability(X, decay=decay)):
+        with pytest.raises(error, match="decay"):
+            make()
+
+
+# ------------------------------------------------------------------ the fit
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("solver", ["eigh", "cholesky", "svd", "dual", "cg", "lsmr"])
+def test_a_decayed_two_head_teacher_is_learned_back_out_of_distribution(readout, solver):
+    """Two heads of decays 1 and 0.6 at d = 4: learned to 1e-10 on longer, larger inputs."""
+    V, Q, g = _teacher()
+    rng = np.random.default_rng(2)
+    n = 100 if solver == "dual" else 300  # dual: the kernel of the rows stays small
+    X, lengths = _padded(rng, n, 6, D, min_length=2)
+    Xn = _nan_padded(X, lengths)
+    y = mhla_forward(Xn, V, Q, readout=readout, decays=g)[..., 0]
+    model = LinearAttentionRegressor(readout=readout, decay=DECAYS, solver=solver,
+                                     n_heads="auto", tol=1e-12).fit(Xn, y)
+    assert model.certificate_
+    assert model.n_heads_ == 2
+    np.testing.assert_array_equal(model.head_decays_, g)
+    assert model.coef_.shape == (1, 2 * 40)
+    X_new = 10.0 * rng.normal(size=(30, 25, D))  # longer and larger than any training input
+    y_new = mhla_forward(X_new, V, Q, readout=readout, decays=g)[..., 0]
+    tol = 1e-6 if solver == "cg" else 1e-10
+    scale = np.abs(y_new).max()
+    assert np.abs(model.predict(X_new) - y_new).max() <= tol * scale
+    assert np.abs(model.predict_from_coefficients(X_new) - y_new).max() <= tol * scale
+
+
+def test_heads_per_decay_and_the_plain_model_misses_the_decayed_teacher():
+    V, Q, g = _teacher(seed=3)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 6, D))
+    y = mhla_forward(X, V, Q, decays=g)[:, 0]
+    X_new = 3.0 * rng.normal(size=(50, 12, D))
+    y_new = mhla_forward(X_new, V, Q, decays=g)[:, 0]
+    model = LinearAttentionRegressor(decay=DECAYS, n_heads=1).fit(X, y)
+    assert model.n_heads_ == 2 and model.compression_residual_ < 1e-10
+    np.testing.assert_allclose(model.predict(X_new), y_new, rtol=1e-9, atol=1e-9 * abs(y_new).max())
+    plain = LinearAttentionRegressor().fit(X, y)
+    assert np.abs(plain.predict(X_new) - y_new).max() > 1e-2 * np.abs(y_new).max()
+
+
+def test_the_certificate_flips_at_the_total_number_of_features():
+    """psi_total = n_decays * psi rows: one fewer fails, that many holds (generic inputs)."""
+    rng = np.random.default_rng(4)
+    d, decays = 2, (1.0, 0.7, 0.3)
+    psi_total = len(decays) * 6
+    X = rng.normal(size=(psi_total, 5, d))
+    holds = certify_identifiability(X, decay=decays)
+    assert holds and holds.n_features == psi_total
+    fails = certify_identifiability(X[:-1], decay=decays)
+    assert not fails and fails.rank == psi_total - 1
+    # Sequences of one token cannot tell the decays apart, however many there are:
+    # every block is the same x x^T x, whose rank is that of the 4 cubic monomials.
+    single = certify_identifiability(rng.normal(size=(200, 1, d)), decay=decays)
+    assert not single and single.rank == 4
+
+
+def test_the_witness_of_a_failed_decayed_certificate():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(10, 4, 2))  # 10 < psi_total = 12
+    cert = certify_identifiability(X, decay=(1.0, 0.5))
+    assert not cert
+    w = cert.witness(random_state=0)
+    (Va, Qa), (Vb, Qb) = w.model_a, w.model_b
+    assert w.decays_a is not None and set(np.unique(w.decays_a)) <= {1.0, 0.5}
+    ya = mhla_forward(X, Va, Qa, decays=w.decays_a)
+    yb = mhla_forward(X, Vb, Qb, decays=w.decays_b)
+    np.testing.assert_allclose(ya, yb, atol=1e-8 * max(np.abs(ya).max(), 1.0))
+    Z = w.input[None]
+    za, zb = mhla_forward(Z, Va, Qa, decays=w.decays_a), mhla_forward(Z, Vb, Qb, decays=w.decays_b)
+    assert np.abs(za - zb).max() > 1e-3 * max(np.abs(za).max(), 1.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), log_scale=st.integers(-60, 60),
+       units=st.lists(st.integers(-30, 30), min_size=3, max_size=3))
+def test_the_decayed_fit_is_unit_free(seed, log_scale, units):
+    """Units per coordinate and any scale: the same predictions, in the data's units."""
+    rng = np.random.default_rng(seed)
+    d = 3
+    V, Q = rng.normal(size=(2, 1, d)), rng.normal(size=(2, d, d))
+    g = np.array([1.0, 0.5])
+    X, lengths = _padded(rng, 150, 5, d, min_length=2)
+    Xn = _nan_padded(X, lengths)
+    y = mhla_forward(Xn, V, Q, decays=g)[:, 0]
+    c = 10.0 ** log_scale * np.ldexp(1.0, np.asarray(units))  # a unit per coordinate
+    base = LinearAttentionRegressor(decay=(1.0, 0.5)).fit(Xn, y)
+    scaled = LinearAttentionRegressor(decay=(1.0, 0.5)).fit(Xn * c, y)
+    X_new = rng.normal(size=(10, 9, d))
+    np.testing.assert_allclose(scaled.predict(X_new * c), base.predict(X_new), rtol=1e-8,
+                               atol=1e-8 * np.abs(base.predict(X_new)).max())
+    assert scaled.certificate_.rank == base.certificate_.rank == 36
+
+
+def test_partial_fit_with_decays_equals_fit_and_keeps_its_decays():
+    V, Q, g = _teacher(seed=6)
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(300, 5, D))
+    y = mhla_forward(X, V, Q, decays=g)[:, 0]
+    streamed = LinearAttentionRegressor(decay=DECAYS)
+    for part in np.array_split(np.arange(300), 3):
+        streamed.partial_fit(X[part], y[part])
+    whole = LinearAttentionRegressor(decay=DECAYS).fit(X, y)
+    X_new = rng.normal(size=(20, 9, D))
+    np.testing.assert_allclose(streamed.predict(X_new), whole.predict(X_new), rtol=1e-9)
+    streamed.set_params(decay=0.5)
+    with pytest.raises(ValueError, match="decay must stay"):
+        streamed.partial_fit(X[:10], y[:10])
+
+
+def test_cross_validation_with_decays_recovers_the_teacher():
+    V, Q, g = _teacher(seed=7)
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(300, 5, D))
+    y = mhla_forward(X, V, Q, decays=g)[:, 0]
+    model = LinearAttentionRegressorCV(decay=DECAYS, n_heads="auto").fit(X, y)
+    assert model.alpha_ == 0.0 and model.n_heads_ == 2
+    X_new = 3.0 * rng.normal(size=(20, 11, D))
+    y_new = mhla_forward(X_new, V, Q, decays=g)[:, 0]
+    np.testing.assert_allclose(model.predict(X_new), y_new, rtol=1e-9,
+                               atol=1e-9 * np.abs(y_new).max())
+
+
+def test_terms_and_decays_and_generation():
+    V, Q, g = _teacher(seed=8, d_out=D)
+    rng = np.random.default_rng(8)
+    X = 0.5 * rng.normal(size=(400, 5, D))
+    b, W = rng.normal(size=D), rng.normal(size=(D, D))
+    y = mhla_forward(X, V, Q, decays=g) + b + X[:, -1] @ W.T
+    model = LinearAttentionRegressor(decay=DECAYS, fit_intercept=True, fit_skip=True,
+                                     n_heads="auto").fit(X, y)
+    np.testing.assert_allclose(model.intercept_, b, atol=1e-9)
+    np.testing.assert_allclose(model.skip_coef_, W, atol=1e-9)
+    prompts = 0.5 * rng.normal(size=(3, 4, D))
+    out = model.generate(prompts, 2)
+    step = prompts
+    for _ in range(2):
+        nxt = mhla_forward(step, V, Q, decays=g) + b + step[:, -1] @ W.T
+        step = np.concatenate([step, nxt[:, None]], axis=1)
+    np.testing.assert_allclose(out, step, rtol=1e-8, atol=1e-8)
+
+
+def test_dask_statistics_with_decays_equal_the_in_memory_fit():
+    da = pytest.importorskip("dask.array")
+    V, Q, g = _teacher(seed=9)
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(200, 5, D))
+    y = mhla_forward(X, V, Q, decays=g)[:, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lazy = LinearAttentionRegressor(decay=DECAYS, solver="eigh").fit(
+            da.from_array(X, chunks=(50, 5, D)), da.from_array(y, chunks=50))
+    whole = LinearAttentionRegressor(decay=DECAYS, solver="eigh").fit(X, y)
+    X_new = rng.normal(size=(10, 8, D))
+    np.testing.assert_allclose(lazy.predict(X_new), whole.predict(X_new), rtol=1e-9)
