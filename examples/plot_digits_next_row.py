@@ -14,8 +14,8 @@ We compare, on held-out images, the models a user would try:
 - trivial baselines: the mean training image's next row, and the current row repeated;
 - ridge regression on lags (the current and the previous row), and the same with all products
   of two pixels of those rows (a degree-2 polynomial), penalties chosen by ``RidgeCV``;
-- :class:`~sklearn_linattn.LinearAttentionRegressor` on the bare rows, and with an intercept and
-  a skip term;
+- :class:`~sklearn_linattn.LinearAttentionRegressor` on the bare rows, with an intercept and
+  a skip term, and with a fixed decay (recency);
 - the recommended recipe: one-hot positions appended to the rows
   (:class:`~sklearn_linattn.preprocessing.PositionalEncoding`), then the attention layer with
   its penalty chosen by :class:`~sklearn_linattn.LinearAttentionRegressorCV`.
@@ -85,6 +85,16 @@ terms = LinearAttentionRegressorCV(readout="all", fit_intercept=True, fit_skip=T
 terms.fit(X_train, y_train)
 predictions["attention + intercept + skip"] = terms.predict(X_test)
 print(f"alpha chosen: {bare.alpha_:g} (bare), {terms.alpha_:g} (intercept + skip)")
+
+# %%
+# Recency without positions: a fixed decay
+# ----------------------------------------
+# With ``decay=0.5`` the layer's context is ``sum_t 0.5**(r - t) x_t x_t^T``: the current row
+# weighs 1, the previous one 0.5, and so on. That is recency, not order: the layer still cannot
+# single out one lag, but the recent rows dominate.
+decayed = LinearAttentionRegressorCV(readout="all", decay=0.5).fit(X_train, y_train)
+predictions["attention, decay 0.5"] = decayed.predict(X_test)
+print(f"alpha chosen: {decayed.alpha_:g} (decay 0.5)")
 
 # %%
 # The recipe: positions, then the attention layer
