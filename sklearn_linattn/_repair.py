@@ -124,8 +124,8 @@ def _rows(cert, X, lengths, readout):
     """Feature rows (n, t, psi) of zero-padded X in the certificate's coordinates."""
     st = cert.standardization
     Xs = st.transform(X)
-    H = attention_features(Xs, lengths)[:, None, :] if readout == "last" else (
-        prefix_features(Xs, lengths))
+    H = attention_features(Xs, lengths, st.decays)[:, None, :] if readout == "last" else (
+        prefix_features(Xs, lengths, st.decays))
     return st.scale_features(H)
 
 

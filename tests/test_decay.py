@@ -272,3 +272,29 @@ def test_dask_statistics_with_decays_equal_the_in_memory_fit():
     whole = LinearAttentionRegressor(decay=DECAYS, solver="eigh").fit(X, y)
     X_new = rng.normal(size=(10, 8, D))
     np.testing.assert_allclose(lazy.predict(X_new), whole.predict(X_new), rtol=1e-9)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_to_torch_of_a_decayed_model_computes_predict(readout):
+    torch = pytest.importorskip("torch")
+    from sklearn_linattn.nn import from_torch, to_torch
+
+    V, Q, g = _teacher(seed=10)
+    rng = np.random.default_rng(10)
+    X, lengths = _padded(rng, 300, 6, D, min_length=2)
+    Xn = _nan_padded(X, lengths)
+    y = mhla_forward(Xn, V, Q, readout=readout, decays=g)[..., 0]
+    model = LinearAttentionRegressor(readout=readout, decay=DECAYS, n_heads="auto").fit(Xn, y)
+    layer = to_torch(model)
+    X_new = _nan_padded(*_padded(rng, 8, 10, D, min_length=2))
+    with torch.no_grad():
+        out = layer(torch.from_numpy(X_new)).numpy()[..., 0]
+    expected = model.predict(X_new)
+    real = ~np.isnan(expected)
+    np.testing.assert_allclose(out[real], expected[real], rtol=1e-9,
+                               atol=1e-9 * np.abs(expected[real]).max())
+    heads = from_torch(layer)
+    back = mhla_forward(X_new, heads.value_matrices, heads.key_query_matrices,
+                        readout=readout, decays=heads.decays)[..., 0]
+    np.testing.assert_allclose(back[real], expected[real], rtol=1e-9,
+                               atol=1e-9 * np.abs(expected[real]).max())
