@@ -22,10 +22,12 @@ part of it (every row of every part is orthogonal to them), so a
 rank-deficient design is solved on the row space of all the data: each split
 then decomposes a matrix of the rank's size instead of psi's.
 
-The search is written for candidates beyond alpha: a candidate that changes
-the features (another token transform) needs a pass of its own, which gives
-another problem with its groups, scored for every alpha by the same
-:func:`cross_validated_scores`.
+Candidate decays share the pass too: the statistics of the union of their
+blocks are gathered once, and each candidate's are a principal submatrix of
+them (:meth:`~._solvers.SufficientStatistics.blocks`), scored for every alpha
+by the same :func:`cross_validated_scores`.  A candidate that changes the
+tokens themselves (positions) needs a pass of its own: a search over a
+Pipeline's encoder (``GridSearchCV``) gives it.
 """
 
 import time
@@ -40,6 +42,8 @@ from ._dask import is_dask_collection
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
+from ._params import check_decays
+from ._problem import StandardizedProblem
 from ._solvers import STATISTICS_SOLVERS, choose_solver
 from ._solvers._solution import coef_from_gram, ridge_penalty, spectral_inverse
 from ._solvers.normal import _CHOLESKY_MARGIN, FULL_SPECTRUM_PSI, _cholesky
@@ -351,6 +355,46 @@ def _checked_alphas(alphas):
     return values
 
 
+def _checked_decays(decays):
+    """The candidate decays as a list of ``check_decays`` values (None: no decay), distinct."""
+    if decays is None or isinstance(decays, (str, bytes)) or not isinstance(
+            decays, (list, tuple, np.ndarray)):
+        raise TypeError(
+            "decays must be a list of candidates, each None, a decay in (0, 1] or a tuple of "
+            f"decays (one feature block each), e.g. [None, 0.9, (1.0, 0.5)]; got {decays!r}.")
+    candidates = [check_decays(c, f"decays[{i}]") for i, c in enumerate(decays)]
+    if not candidates:
+        raise ValueError("decays must hold at least one candidate; got an empty list.")
+    keys = [(1.0,) if c is None else c for c in candidates]
+    if len(set(keys)) < len(keys):
+        raise ValueError(
+            f"decays must hold distinct candidates (None is the same model as (1.0,)); got "
+            f"{decays!r}.")
+    return candidates
+
+
+def _union_of(candidates):
+    """The decays of every candidate's blocks, in order of first appearance (None: plain only)."""
+    if all(c is None for c in candidates):
+        return None
+    union = []
+    for c in candidates:
+        for g in ((1.0,) if c is None else c):
+            if g not in union:
+                union.append(g)
+    return tuple(union)
+
+
+def _candidate_problem(problem, union, candidate):
+    """The problem of one candidate's blocks, from the statistics of all of them."""
+    which = [union.index(g) for g in ((1.0,) if candidate is None else candidate)]
+    stats = problem.stats.blocks(which, candidate)
+    out = StandardizedProblem.from_statistics(stats, d_out=problem.d_out, terms=problem.terms)
+    out.group_stats = [part.blocks(which, candidate) for part in problem.group_stats]
+    out.scales = problem.scales
+    return out
+
+
 class LinearAttentionRegressorCV(LinearAttentionRegressor):
     """Linear attention with its ridge penalty chosen by cross-validation over sequences.
 
@@ -394,9 +438,15 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     n_heads : int, "auto" or None, default=None
         Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
         the scores are those of the unconstrained least squares.
-    decay : None, float or sequence of float, default=None
-        Fixed decays, as in :class:`LinearAttentionRegressor` (one block of
-        features per decay); every split is fitted with them.
+    decays : list, default=(None,)
+        Candidate decays, each as the ``decay`` of
+        :class:`LinearAttentionRegressor`: None (no decay), a float, or a
+        tuple of floats (one block of features per decay, fitted jointly).
+        ``[None, 0.9, (1.0, 0.5)]`` compares three models; a single float
+        ``0.9`` is not a list of candidates (write ``[0.9]``).  Every pair of
+        candidate decay and alpha is scored, all from one pass: the
+        statistics of the union of the candidates' blocks are gathered once,
+        and each candidate's are a part of them.
     solver : {"auto", "eigh", "cholesky"}, default="auto"
         The solver of the refit (``"auto"``: ``"eigh"`` for psi <= 64, else
         ``"cholesky"``).  The search needs the psi x psi statistics, so the
@@ -429,13 +479,19 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     ----------
     alpha_ : float
         The chosen penalty: the best mean test score, the first of equal
-        ones in the order of ``alphas`` (as ``RidgeCV``).
+        ones in the order of ``alphas`` (as ``RidgeCV``), candidate decays
+        first.
+    decay_ : None, tuple of float
+        The chosen candidate of ``decays`` (as :class:`LinearAttentionRegressor` reads ``decay``:
+        None or a tuple), the model's decays (``head_decays_``).
     best_score_ : float
         Its mean test score.
     best_index_ : int
-        Its index in ``alphas``.
+        Its index in ``cv_results_``: candidate decays in the order of
+        ``decays``, for each every alpha in the order of ``alphas``.
     cv_results_ : dict of ndarray
         As in :class:`~sklearn.model_selection.GridSearchCV`: ``"param_alpha"``,
+        (with more candidates than ``decays=(None,)``) ``"param_decay"``,
         ``"params"``, ``"split{k}_test_score"``, ``"mean_test_score"``,
         ``"std_test_score"`` and ``"rank_test_score"``.
     n_splits_ : int
@@ -505,7 +561,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         fit_intercept=False,
         fit_skip=False,
         n_heads=None,
-        decay=None,
+        decays=(None,),
         solver="auto",
         scoring=None,
         token_dim=None,
@@ -521,7 +577,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         self.fit_intercept = fit_intercept
         self.fit_skip = fit_skip
         self.n_heads = n_heads
-        self.decay = decay
+        self.decays = decays
         self.solver = solver
         self.scoring = scoring
         self.token_dim = token_dim
@@ -554,6 +610,13 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
 
     def _fit_alpha(self):
         return self.alpha_
+
+    def _check_decay(self):
+        _checked_decays(self.decays)
+
+    def _decays(self):
+        # The union of the candidates' blocks during the pass, the chosen ones after.
+        return getattr(self, "_decays_in_use", None)
 
     def fit(self, X, y, sample_weight=None, *, groups=None):
         """Score every alpha by cross-validation, then refit at the best one.
@@ -605,6 +668,9 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 "fold are gathered in one pass over them. For dask arrays, search alpha "
                 "with LinearAttentionRegressor in GridSearchCV.")
         alphas = _checked_alphas(self.alphas)
+        candidates = _checked_decays(self.decays)
+        union = _union_of(candidates)
+        self._decays_in_use = union
         data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
         psi = self._n_blocks() * n_attention_features(d)
         if groups is not None:
@@ -621,14 +687,23 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                                  groups=labels)
         self._log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)",
                   start)
-        scores = cross_validated_scores(problem, parts, alphas, scoring=self.scoring,
-                                        solver=solver)
+        if candidates == [union]:
+            problems = [problem]
+        else:
+            problems = [_candidate_problem(problem, union, c) for c in candidates]
+        scores = np.concatenate([
+            cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=solver)
+            for p in problems])
+        for p in problems:
+            p.group_stats = None
         problem.group_stats = None
-        self._set_results(alphas, scores)
-        self._log(f"{alphas.size} alphas scored on {len(parts)} splits, alpha_ = "
-                  f"{self.alpha_:g}", start)
+        chosen = self._set_results(alphas, candidates, scores)
+        self._decays_in_use = self.decay_
+        self._log(f"{alphas.size} alphas and {len(candidates)} decays scored on "
+                  f"{len(parts)} splits, alpha_ = {self.alpha_:g}, decay_ = {self.decay_}",
+                  start)
         self._scales = problem.scales
-        return self._finish(problem, solver, single, start)
+        return self._finish(problems[chosen], solver, single, start)
 
     def _check_memory(self, psi, d, n_groups):
         """Refuse, before the pass, statistics of every group larger than the memory budget."""
@@ -645,20 +720,35 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 f"{budget / 2**30:.3g} GiB. Use fewer splits (cv), or search alpha with "
                 "LinearAttentionRegressor(solver='cg') in GridSearchCV.")
 
-    def _set_results(self, alphas, scores):
-        """``cv_results_`` and the best alpha (the first of equal best scores)."""
+    def _set_results(self, alphas, candidates, scores):
+        """``cv_results_``, the best alpha and decay (the first of equal best scores).
+
+        ``scores`` has one row per pair (candidate, alpha), candidate-major.
+        Returns the index of the chosen candidate.
+        """
         means, stds = scores.mean(axis=1), scores.std(axis=1)
         valid = ~np.isnan(means)
-        ranks = np.full(alphas.size, np.iinfo(np.int32).max, dtype=np.int32)
+        ranks = np.full(means.size, np.iinfo(np.int32).max, dtype=np.int32)
         ranks[valid] = rankdata(-means[valid], method="min")
         best = int(np.argmax(np.where(valid, means, -np.inf)))
-        results = {"param_alpha": np.ma.MaskedArray(alphas.copy(), mask=False),
-                   "params": [{"alpha": float(a)} for a in alphas]}
+        grid_alphas = np.tile(alphas, len(candidates))
+        grid_decays = [c for c in candidates for _ in alphas]
+        results = {"param_alpha": np.ma.MaskedArray(grid_alphas, mask=False)}
+        searched = candidates != [None]
+        if searched:
+            decays = np.empty(len(grid_decays), dtype=object)
+            decays[:] = grid_decays
+            results["param_decay"] = np.ma.MaskedArray(decays, mask=False)
+        results["params"] = [
+            {"alpha": float(a), **({"decay": g} if searched else {})}
+            for g, a in zip(grid_decays, grid_alphas)]
         for k in range(scores.shape[1]):
             results[f"split{k}_test_score"] = scores[:, k].copy()
         results.update(mean_test_score=means, std_test_score=stds, rank_test_score=ranks)
         self.cv_results_ = results
         self.n_splits_ = scores.shape[1]
         self.best_index_ = best
-        self.alpha_ = float(alphas[best])
+        self.alpha_ = float(grid_alphas[best])
+        self.decay_ = grid_decays[best]
         self.best_score_ = float(means[best])
+        return best // alphas.size

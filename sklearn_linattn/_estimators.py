@@ -366,16 +366,23 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         validate_random_state(self.random_state)
         self._check_penalty()
         _check_n_heads(self.n_heads)
-        check_decays(self.decay)
+        self._check_decay()
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
         check_number(self.tol, "tol", low=0.0, low_open=True)
         check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         self._terms(1)
 
+    def _check_decay(self):
+        check_decays(self.decay)
+
+    def _decays(self):
+        """The decays of the feature blocks a fit uses (None: one block, no decay)."""
+        return check_decays(self.decay)
+
     def _n_blocks(self):
         """Number of feature blocks (decays)."""
-        decays = check_decays(self.decay)
+        decays = self._decays()
         return 1 if decays is None else len(decays)
 
     def _check_penalty(self):
@@ -456,13 +463,14 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     def _one_pass(self, data, solver, d, d_out, n_rows, *, statistics, groups=None):
         """The standardized problem of the training data, from the one pass over them."""
         terms = self._terms(d)
+        decays = self._decays()
         # Heads fitted to the rows directly need the rows (a compression without terms).
-        direct = self.n_heads is not None and not terms and self.decay is None
+        direct = self.n_heads is not None and not terms and decays is None
         return StandardizedProblem.from_data(
             data, readout=self.readout, d_out=d_out, terms=terms,
             keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms, direct=direct,
                            n_blocks=self._n_blocks()),
-            statistics=statistics, groups=groups, decays=check_decays(self.decay))
+            statistics=statistics, groups=groups, decays=decays)
 
     def _finish(self, problem, solver, single_output, start):
         """The rest of every fit: solve, certify, heads, and the one conversion back."""
@@ -551,7 +559,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"partial_fit (fit_intercept={self._stats_terms[0]}, fit_skip="
                 f"{self._stats_terms[1]}); call fit to start afresh."
             )
-        if previous is not None and previous.standardizer.decays != check_decays(self.decay):
+        if previous is not None and previous.standardizer.decays != self._decays():
             raise ValueError(
                 f"decay must stay {previous.standardizer.decays!r} between calls to "
                 f"partial_fit; got decay={self.decay!r}. Call fit to start afresh.")
@@ -577,7 +585,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 data, readout=self.readout, d_out=d_out, terms=terms, statistics=True,
                 previous=earlier, standardizer=given,
                 provisional=None if previous is None else previous.standardizer,
-                decays=check_decays(self.decay))
+                decays=self._decays())
             stats, scales = problem.statistics(), problem.scales
         if previous is not None:
             stats = previous.restandardized(stats.standardizer).merge(stats)
@@ -677,7 +685,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         if earlier is not None:
             scales = earlier.copy().merge(scales)
         standardizer = given if given is not None else dask_coordinates(
-            scales, X, y, **kwargs).with_decays(check_decays(self.decay))
+            scales, X, y, **kwargs).with_decays(self._decays())
         return kwargs, scales, standardizer, self._terms(standardizer.d)
 
     def _fit_statistics(self, stats, *, single_output=False, start=None):
@@ -780,7 +788,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         st = getattr(self, "standardization_", None)
         coef = getattr(self, "_standardized_coef", None)
         if st is None or coef is None:
-            st, coef = TokenStandardizer.identity(d, k, check_decays(self.decay)), self.coef_
+            st, coef = TokenStandardizer.identity(d, k, self._decays()), self.coef_
         P = st.n_moments
         real = real_tokens(lengths, n_tokens)
         if self.readout == "last":

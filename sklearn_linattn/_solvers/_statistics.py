@@ -523,6 +523,33 @@ class SufficientStatistics(RowCounts):
             out.moment = (b @ target_map) * wf
         return out
 
+    def blocks(self, which, decays):
+        """The statistics of some feature blocks, in a given order (a new object).
+
+        Parameters
+        ----------
+        which : sequence of int
+            Indices of this object's feature blocks (decays), in the order of
+            the new statistics' blocks.
+        decays : tuple of float or None
+            The new statistics' decays (None for one block without decay).
+
+        Returns
+        -------
+        SufficientStatistics
+            The same rows with the features of those blocks only: the Gram
+            matrix's and moment's rows and columns of those blocks.
+        """
+        psi = n_pairs(self.d) * self.d
+        cols = np.concatenate([np.arange(b * psi, (b + 1) * psi) for b in which])
+        gram = self.gram[np.ix_(cols, cols)]
+        out = self.restandardized(self.standardizer)  # a copy
+        out.standardizer = self.standardizer.with_decays(decays)
+        out._set_gram(gram)
+        if self.moment is not None:
+            out.moment = self.moment[cols].copy()
+        return out
+
     def merge(self, other):
         """Add the statistics of other (disjoint) data, in place.
 
