@@ -194,7 +194,9 @@ def _prefix_moments(X, decays=None):
     S = np.empty((len(decays) * P,) + Xt.shape[1:], dtype=Xt.dtype)
     for p in range(P):
         np.multiply(Xt[j[p]], Xt[k[p]], out=S[p])
-    for b, g in enumerate(decays):
+    # The first block last: it is formed in place over the products x_j x_k
+    # that every other block is built from.
+    for b, g in reversed(list(enumerate(decays))):
         block = S[b * P:(b + 1) * P]
         if g == 1.0:
             np.cumsum(S[:P], axis=2, out=block)
