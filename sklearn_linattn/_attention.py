@@ -627,7 +627,7 @@ def attention_coefficients(V, Q, *, decays=None, blocks=None):
 
     See Also
     --------
-    same_function : whether two parameter sets, with their decays, compute
+    same_function : Whether two parameter sets, with their decays, compute
         the same function.
 
     Examples
@@ -727,7 +727,7 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0, decays_a=None, dec
 
     See Also
     --------
-    attention_coefficients : the coefficients compared.
+    attention_coefficients : The coefficients compared.
 
     Notes
     -----

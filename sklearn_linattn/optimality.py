@@ -228,7 +228,7 @@ class OptimalityReport:  # numpydoc ignore=PR01
 
 
 class _ComparedModel:
-    """The model under comparison: heads, decays, optional intercept and skip terms, readout, layout.
+    """The model under comparison: heads, decays, intercept and skip terms, readout, layout.
 
     ``intercept`` (d_out,) is added to every output and ``skip`` (d_out, d)
     maps the token at the output's position (the last token for
