@@ -16,7 +16,7 @@ x_t^T``, the prefix recurrence ``S_t = gamma_h S_(t-1) + x_t x_t^T``.
 import numpy as np
 from scipy.signal import lfilter
 
-from ._features import fold_coefficients
+from ._features import fold_coefficients, n_attention_features
 from ._memory import (
     default_memory_budget,
     iter_sample_chunks,
@@ -33,7 +33,7 @@ from ._validation import (
     check_readout,
     check_sequences,
 )
-from ._params import check_head_decays, check_number
+from ._params import check_decays, check_head_decays, check_number
 
 __all__ = [
     "attention_coefficients",
@@ -552,10 +552,42 @@ def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_,
             pos += 1
 
 
-def attention_coefficients(V, Q):
+def decay_blocks(*head_decays):
+    """The distinct decays of one or more models, in order of first appearance.
+
+    Parameters
+    ----------
+    *head_decays : ndarray of shape (n_heads,) or None
+        Each model's checked per-head decays; None is a model without decays,
+        whose heads all have decay 1.
+
+    Returns
+    -------
+    blocks : tuple of float
+        Each distinct decay once, as it first appears (the models in the
+        order given, each head by head); empty when no model has a head.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._attention import decay_blocks
+    >>> decay_blocks(np.array([0.5, 1.0, 0.5]), None, np.array([0.9]))
+    (0.5, 1.0, 0.9)
+    """
+    return tuple(dict.fromkeys(
+        g for decays in head_decays for g in ((1.0,) if decays is None else map(float, decays))))
+
+
+def attention_coefficients(V, Q, *, decays=None, blocks=None):
     """The coefficient map p(Theta): folded coefficients of an MHLA.
 
-    ``mhla_forward(X, V, Q)[:, a] == attention_features(X) @ coef[a]`` for every X.
+    ``mhla_forward(X, V, Q)[:, a] == attention_features(X) @ coef[a]`` for every
+    X.  With per-head ``decays`` the coefficients come in blocks, one block
+    of psi per decay of ``blocks``, in the layout of the feature map with
+    those decays: ``mhla_forward(X, V, Q, decays=decays)[:, a] ==
+    attention_features(X, lengths, blocks) @ coef[a]`` for every X (and the
+    same with ``readout="all"`` and ``prefix_features`` at the real
+    positions).
 
     Parameters
     ----------
@@ -563,19 +595,40 @@ def attention_coefficients(V, Q):
         Value matrices; real and finite.
     Q : array-like of shape (n_heads, d, d)
         Key-query matrices; real and finite.
+    decays : None, float or array-like of shape (n_heads,), default=None
+        Fixed decay of each head, each in (0, 1], as in
+        :func:`mhla_forward`; a float is every head's decay.  None is no
+        decay: every head has decay 1.
+    blocks : None, float or sequence of float, default=None
+        The decays of the coefficient blocks, distinct, in the order of the
+        blocks (as ``LinearAttentionRegressor(decay=blocks)`` orders
+        ``coef_``).  Every head's decay must be among them; a block that no
+        head has is zero.  None: without ``decays`` one block of psi (the
+        layout of a model without decays), with ``decays`` the distinct
+        decays of the heads in order of first appearance.
 
     Returns
     -------
-    coef : ndarray of shape (d_out, psi)
-        ``psi = d * d * (d + 1) // 2``.
+    coef : ndarray of shape (d_out, psi) or (d_out, len(blocks) * psi)
+        ``psi = d * d * (d + 1) // 2``; block b, the sum of the coefficients
+        of the heads of decay ``blocks[b]``, at columns ``b * psi`` to
+        ``(b + 1) * psi``.
 
     Raises
     ------
     ValueError
-        When V or Q has the wrong shape, is complex or not finite, or when
-        the coefficients exceed the float64 range.
+        When V or Q has the wrong shape, is complex or not finite; when
+        ``decays`` has the wrong shape or a value outside (0, 1]; when
+        ``blocks`` is empty, repeats a decay or has one outside (0, 1]; when
+        a head's decay is not among ``blocks`` (or no head gives a block);
+        when the coefficients exceed the float64 range.
     TypeError
-        When V or Q does not hold numbers.
+        When V, Q, ``decays`` or ``blocks`` does not hold numbers.
+
+    See Also
+    --------
+    same_function : Whether two parameter sets, with their decays, compute
+        the same function.
 
     Examples
     --------
@@ -583,10 +636,48 @@ def attention_coefficients(V, Q):
     >>> from sklearn_linattn import attention_coefficients
     >>> attention_coefficients(np.ones((1, 1, 1)), 2 * np.ones((1, 1, 1)))
     array([[2.]])
+
+    With decays, one block per decay; heads of equal decays add up, and a
+    block no head has is zero:
+
+    >>> V, Q = np.ones((3, 1, 1)), np.array([1.0, 2.0, 4.0]).reshape(3, 1, 1)
+    >>> attention_coefficients(V, Q, decays=[0.5, 1.0, 0.5])
+    array([[5., 2.]])
+    >>> attention_coefficients(V, Q, decays=[0.5, 1.0, 0.5], blocks=[1.0, 0.9, 0.5])
+    array([[2., 0., 5.]])
     """
     V, Q = check_heads(V, Q)
+    n_heads, d_out, d = V.shape
+    head_decays = check_head_decays(decays, n_heads)
+    if blocks is not None:
+        blocks = check_decays(blocks, "blocks")
+        given = ("decays=None (no decay: decay 1 for every head)" if head_decays is None
+                 else f"decays={head_decays.tolist()!r}")
+        if head_decays is None:
+            head_decays = np.ones(n_heads)  # no decay is decay 1, as in mhla_forward
+        outside = ~np.isin(head_decays, blocks)
+        if outside.any():
+            h = int(np.flatnonzero(outside)[0])
+            raise ValueError(
+                f"every head's decay must be among blocks={list(blocks)!r}, one block of "
+                f"coefficients per decay; decays[{h}] = {float(head_decays[h])!r} is not "
+                f"({given}).")
+    elif head_decays is not None:
+        blocks = decay_blocks(head_decays)
+        if not blocks:
+            raise ValueError(
+                "blocks must be given for a model with no heads (its decays give no "
+                f"block); got decays={head_decays.tolist()!r} and blocks=None.")
     with np.errstate(over="ignore", invalid="ignore"):
-        coef = fold_coefficients(np.einsum("haj,hkl->ajkl", V, Q))
+        if blocks is None:
+            coef = fold_coefficients(np.einsum("haj,hkl->ajkl", V, Q))
+        else:
+            psi = n_attention_features(d)
+            coef = np.zeros((d_out, len(blocks) * psi))
+            for b, gamma in enumerate(blocks):
+                heads = head_decays == gamma
+                coef[:, b * psi:(b + 1) * psi] = fold_coefficients(
+                    np.einsum("haj,hkl->ajkl", V[heads], Q[heads]))
     if not np.all(np.isfinite(coef)):
         raise ValueError(
             "the coefficients of these heads exceed the float64 range: sums of products "
@@ -596,12 +687,13 @@ def attention_coefficients(V, Q):
     return coef
 
 
-
-def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0):
+def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0, decays_a=None, decays_b=None):
     """Whether two parameter sets compute the same function on every input.
 
     Two MHLAs are the same function iff their coefficients p(Theta) are equal
-    (the paper's Corollary A.4); the head counts need not match.
+    (the paper's Corollary A.4); the head counts need not match.  With fixed
+    decays the coefficients are compared in one block layout, one block per
+    decay of either model.
 
     Parameters
     ----------
@@ -611,12 +703,48 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0):
         The second model's heads.
     rtol, atol : float
         ``||p_a - p_b|| <= atol + rtol * max(||p_a||, ||p_b||)`` counts as equal.
+    decays_a, decays_b : None, float or array-like of shape (n_heads_a,) and (n_heads_b,)
+        Fixed decay of each head of the first and of the second model, each
+        in (0, 1], as in :func:`mhla_forward`; None is no decay (every head
+        has decay 1).
 
     Returns
     -------
     bool
         True iff the coefficients p(Theta) of the two models agree within
-        the tolerance, i.e. their outputs agree on every input.
+        the tolerance, i.e. their outputs agree on every input.  With
+        decays, in the layout ``attention_coefficients(V, Q, decays=...,
+        blocks=...)`` with ``blocks`` the distinct decays of both models.
+
+    Raises
+    ------
+    ValueError
+        When the heads are invalid (as :func:`attention_coefficients`), when
+        ``decays_a`` or ``decays_b`` has the wrong shape or a value outside
+        (0, 1], or ``rtol`` or ``atol`` is negative.
+    TypeError
+        When an argument does not hold numbers.
+
+    See Also
+    --------
+    attention_coefficients : The coefficients compared.
+
+    Notes
+    -----
+    With decays the output is ``sum_b <coef_b, H_(gamma_b)(X)>``, one block
+    of features per distinct decay ``gamma_b``.  Distinct decays give
+    linearly independent functions of the input: on a sequence whose tokens
+    are zero but for ``x`` at ``l`` steps before the last token ``z``, block
+    b contributes ``gamma_b**l f_b(x, z)`` besides a part that does not depend
+    on ``l`` (``f_b`` the cubic form of ``coef_b``), and the matrix
+    ``gamma_b**l`` for ``l = 1, ..., K`` (K distinct decays) is an invertible
+    Vandermonde matrix times a diagonal one.  So two decayed models agree on
+    every input iff every block of their coefficients agrees: heads of equal
+    decays may be regrouped freely, but moving a head to another decay changes
+    the function.  Sequences of up to K + 1 tokens already tell any two
+    apart; on shorter ones alone (a single token, say) different blocks can
+    compute the same outputs.  Decays are compared exactly: two decays that
+    differ by rounding are two blocks.
 
     Examples
     --------
@@ -625,11 +753,31 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0):
     >>> V, Q = np.ones((1, 1, 2)), np.eye(2)[None]
     >>> same_function(V, Q, 2 * V, Q / 2)
     True
+
+    With decays, heads of the same decay may be split or merged, but a head
+    of another decay is another function:
+
+    >>> V2, Q2 = np.concatenate([V, V]), np.concatenate([Q, Q]) / 2
+    >>> same_function(V, Q, V2, Q2, decays_a=0.5, decays_b=[0.5, 0.5])
+    True
+    >>> same_function(V, Q, V2, Q2, decays_a=0.5, decays_b=[0.5, 0.9])
+    False
     """
     rtol = check_number(rtol, "rtol", low=0.0)
     atol = check_number(atol, "atol", low=0.0)
-    pa = attention_coefficients(V_a, Q_a)
-    pb = attention_coefficients(V_b, Q_b)
+    V_a, Q_a = check_heads(V_a, Q_a)
+    V_b, Q_b = check_heads(V_b, Q_b)
+    decays_a = check_head_decays(decays_a, V_a.shape[0], name="decays_a")
+    decays_b = check_head_decays(decays_b, V_b.shape[0], name="decays_b")
+    if decays_a is None and decays_b is None:
+        pa = attention_coefficients(V_a, Q_a)
+        pb = attention_coefficients(V_b, Q_b)
+    else:
+        # One layout for both: a block per decay of either model (a model
+        # without heads has none; any block then does).
+        blocks = decay_blocks(decays_a, decays_b) or (1.0,)
+        pa = attention_coefficients(V_a, Q_a, decays=decays_a, blocks=blocks)
+        pb = attention_coefficients(V_b, Q_b, decays=decays_b, blocks=blocks)
     if pa.shape != pb.shape:
         return False
     diff = np.linalg.norm(pa - pb)

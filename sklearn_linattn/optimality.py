@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from ._attention import attention_coefficients, mhla_forward
+from ._attention import attention_coefficients, decay_blocks, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
 from ._attention import _NO_EXPONENT
 from ._local_certificate import standardized_heads
 from ._memory import real_tokens
+from ._params import check_head_decays
 from ._units import max_exponent
 from ._validation import (
     as_real_array,
@@ -51,7 +52,10 @@ class OptimalityReport:  # numpydoc ignore=PR01
         ``||p - p_opt||_F``: Frobenius distance of the model's coefficients
         p(Theta) (:func:`~sklearn_linattn.attention_coefficients`) to the
         optimum's ``coef_``, in the units of the data.  Zero iff the two
-        compute the same function on every input.
+        compute the same function on every input.  For a model with decays,
+        in the optimum's block layout: one block of coefficients per
+        distinct decay of the model's heads
+        (``attention_coefficients(V, Q, decays=..., blocks=optimum.decay)``).
     relative_p_distance : float
         ``p_distance / ||p_opt||_F`` (0 when both are zero, inf when only
         ``p_opt`` is).
@@ -77,7 +81,10 @@ class OptimalityReport:  # numpydoc ignore=PR01
         the function.
     optimum : LinearAttentionRegressor
         The fitted optimum (``n_heads=None``: the exact least-squares
-        solution, over any number of heads).
+        solution, over any number of heads).  For a model with decays it
+        is fitted with ``decay`` the distinct decays of the model's heads,
+        in order of first appearance: the optimum over every model with
+        heads of those decays.
 
     See Also
     --------
@@ -221,11 +228,14 @@ class OptimalityReport:  # numpydoc ignore=PR01
 
 
 class _ComparedModel:
-    """The model under comparison: heads, optional intercept and skip terms, readout, layout.
+    """The model under comparison: heads, decays, intercept and skip terms, readout, layout.
 
     ``intercept`` (d_out,) is added to every output and ``skip`` (d_out, d)
     maps the token at the output's position (the last token for
     ``readout="last"``) into it: the residual path of an attention layer.
+    ``decays`` (n_heads,) are the heads' fixed decays (None: no decay) and
+    ``blocks`` their distinct values in order of first appearance, the
+    optimum's feature blocks.
     """
 
     def __init__(self, model, readout, intercept, skip_coef):
@@ -238,12 +248,15 @@ class _ComparedModel:
                     f"{type(model).__name__} carries its own, so pass None."
                 )
             V, Q = model.value_matrices, model.key_query_matrices
+            decays = getattr(model, "decays", None)
+            decays_name = f"{type(model).__name__}.decays"
             intercept = getattr(model, "intercept", None)
             skip_coef = getattr(model, "skip_coef", None)
             self.layout = {"token_dim": None, "data_format": "channels_last"}
             own_readout = getattr(model, "readout", None)
-        elif isinstance(model, tuple) and len(model) == 2:
-            V, Q = model
+        elif isinstance(model, tuple) and len(model) in (2, 3):
+            V, Q, decays = model if len(model) == 3 else (*model, None)
+            decays_name = "model[2] (the heads' decays)"
             self.layout = {"token_dim": None, "data_format": "channels_last"}
             own_readout = None
         elif hasattr(model, "fit") or hasattr(model, "value_matrices_"):
@@ -255,6 +268,7 @@ class _ComparedModel:
                     f"so pass None with {type(model).__name__}."
                 )
             V, Q = model.value_matrices_, model.key_query_matrices_
+            decays, decays_name = getattr(model, "head_decays_", None), "head_decays_"
             # Terms the estimator was fitted with (its intercept_ and skip_coef_
             # are zeros without them, and then not part of its class).
             intercept = (getattr(model, "intercept_", None)
@@ -267,9 +281,11 @@ class _ComparedModel:
         else:
             raise TypeError(
                 "model must be a fitted estimator with value_matrices_ and "
-                "key_query_matrices_ (e.g. AdamLinearAttentionRegressor after fit) or a "
-                "pair (V, Q) of arrays of shape (n_heads, d_out, d) and (n_heads, d, d); "
-                f"got {type(model).__name__}."
+                "key_query_matrices_ (e.g. AdamLinearAttentionRegressor after fit), a "
+                "pair (V, Q) of arrays of shape (n_heads, d_out, d) and (n_heads, d, d) or "
+                "a triple (V, Q, decays) with the heads' decays of shape (n_heads,); got "
+                f"{type(model).__name__}"
+                + (f" of length {len(model)}." if isinstance(model, tuple) else ".")
             )
         if readout is None:
             readout = "last" if own_readout is None else own_readout
@@ -281,6 +297,12 @@ class _ComparedModel:
             )
         self.readout = readout
         self.V, self.Q = check_heads(V, Q)
+        self.decays = check_head_decays(decays, self.V.shape[0], name=decays_name)
+        self.blocks = None if self.decays is None else decay_blocks(self.decays)
+        if self.blocks == ():
+            raise ValueError(
+                f"{decays_name} is empty: a model with decays needs at least one head "
+                "(its decays give the optimum's feature blocks).")
         d_out, d = self.V.shape[1:]
         self.intercept = self._term(intercept, "intercept", (d_out,),
                                     "one value per output of the heads")
@@ -299,9 +321,12 @@ class _ComparedModel:
         return value
 
     def coefficients(self):
-        """The coefficients of the function: p(Theta), then the skip and intercept terms."""
-        return _stack_coefficients(attention_coefficients(self.V, self.Q), self.skip,
-                                   self.intercept)
+        """The coefficients of the function: p(Theta), then the skip and intercept terms.
+
+        With decays, p(Theta) in the block layout of ``blocks``, the optimum's ``coef_``.
+        """
+        coef = attention_coefficients(self.V, self.Q, decays=self.decays, blocks=self.blocks)
+        return _stack_coefficients(coef, self.skip, self.intercept)
 
     def optimum_params(self):
         """Parameters of a LinearAttentionRegressor fitted with the model's extra terms."""
@@ -317,6 +342,8 @@ class _ComparedModel:
                 "(intercept=None, skip_coef=None)."
             )
         params = {name: on for name, on in wanted.items() if name in available}
+        if self.blocks is not None:
+            params["decay"] = self.blocks
         return {"readout": self.readout, **self.layout, **params}
 
 
@@ -453,7 +480,7 @@ def _standardized_terms(st, ey, intercept, skip, Xs, lengths, readout):
     return out
 
 
-def _head_outputs(st, ey, Xs, lengths, readout, V, Q):
+def _head_outputs(st, ey, Xs, lengths, readout, V, Q, decays=None):
     """The heads' outputs on standardized tokens as ``(F, top)``: the outputs are ``F 2**top``.
 
     One forward pass over every head, head h weighted by ``2**(c_h - top)``
@@ -462,7 +489,7 @@ def _head_outputs(st, ey, Xs, lengths, readout, V, Q):
     Vs, Qs, c = standardized_heads(st, V, Q, ey)
     top = int(c.max()) if c.size and c.max() != _NO_EXPONENT else 0
     Vw = np.ldexp(Vs, np.maximum(c - top, -2 * _HUGE_EXPONENT)[:, None, None])
-    return mhla_forward(Xs, Vw, Qs, lengths, readout=readout), top
+    return mhla_forward(Xs, Vw, Qs, lengths, readout=readout, decays=decays), top
 
 
 def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0.0,
@@ -477,21 +504,24 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     training risk, with the optimum's identifiability certificate (does the
     data pin the function down, so that training run to zero excess risk
     must reach the optimum?).  The model may come from any framework: only
-    its heads enter.
+    its heads (with their decays) and its affine terms enter.
 
     Parameters
     ----------
-    model : estimator, heads or tuple (V, Q)
+    model : estimator, heads, tuple (V, Q) or tuple (V, Q, decays)
         The heads of a layer as :func:`sklearn_linattn.nn.from_torch`
         returns them (``value_matrices``, ``key_query_matrices``, and their
-        ``intercept``, ``skip_coef`` and ``readout``), a fitted estimator with
-        ``value_matrices_`` and
-        ``key_query_matrices_`` (e.g.
+        ``intercept``, ``skip_coef``, ``readout`` and ``decays``), a fitted
+        estimator with ``value_matrices_`` and ``key_query_matrices_`` (e.g.
         :class:`~sklearn_linattn.AdamLinearAttentionRegressor`; its
-        ``readout``, ``token_dim``, ``data_format``, ``intercept_`` and
-        ``skip_coef_`` are used when it has them), or a pair of arrays ``V``
-        of shape (n_heads, d_out, d) and ``Q`` of shape (n_heads, d, d), the
-        heads of :func:`~sklearn_linattn.mhla_forward`.  For a layer with
+        ``readout``, ``token_dim``, ``data_format``, ``intercept_``,
+        ``skip_coef_`` and ``head_decays_`` are used when it has them), or
+        a pair of arrays ``V`` of shape (n_heads, d_out, d) and ``Q`` of
+        shape (n_heads, d, d), the heads of
+        :func:`~sklearn_linattn.mhla_forward`, or a triple ``(V, Q,
+        decays)`` with the fixed decay of each head, shape (n_heads,), each
+        in (0, 1] (as ``decays`` of :func:`~sklearn_linattn.mhla_forward`;
+        None is no decay).  For a layer with
         keys ``W_K x_t``, queries ``W_Q x_n``, values ``W_V x_t`` and output
         projection ``W_O`` per head (e.g. in PyTorch), ``Q_h = W_K^T W_Q``
         and ``V_h = W_O W_V``.
@@ -529,10 +559,11 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     ------
     TypeError
         If ``model`` is neither a fitted estimator with heads nor a
-        ``(V, Q)`` pair.
+        ``(V, Q)`` pair or ``(V, Q, decays)`` triple.
     ValueError
         If the heads do not match the data (token dimension, number of
-        outputs), if ``readout`` contradicts the estimator's, or for invalid
+        outputs), if the decays are not one number in (0, 1] per head, if
+        ``readout`` contradicts the estimator's, or for invalid
         data (as :meth:`LinearAttentionRegressor.fit
         <sklearn_linattn.LinearAttentionRegressor.fit>`); and when a number
         of the report cannot be represented in float64 (the message names
@@ -560,6 +591,20 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     ``Q_h`` into keys and queries).  The model's outputs on a new input
     ``Z`` then differ from the optimum's by at most
     ``certificate.error_bound(Z, excess_risk) / 2``.
+
+    A model with fixed decays (``decays`` of the heads, ``head_decays_``
+    of an estimator, or the third entry of the triple) is compared with the
+    optimum over models with heads of the same decays:
+    ``LinearAttentionRegressor(decay=blocks)`` with ``blocks`` the distinct
+    decays in order of first appearance, whose features are one block per
+    decay.  Two such models compute the same function iff their
+    coefficients agree block by block (distinct decays give linearly
+    independent functions of the input, see
+    :func:`~sklearn_linattn.same_function`), so everything above holds
+    block by block: ``p_distance`` compares
+    ``attention_coefficients(V, Q, decays=decays, blocks=blocks)`` with the
+    optimum's ``coef_``, and the certificate is that of the decayed
+    features.
 
     The excess risk is computed as ``mean ||delta||**2 - 2 mean <r_opt,
     delta>`` from the output difference ``delta`` and the optimum's residual
@@ -594,6 +639,21 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     >>> V, Q = report.optimum.value_matrices_, report.optimum.key_query_matrices_
     >>> halves = (np.concatenate([V, V]), np.concatenate([Q, Q]) / 2)  # each head split in two
     >>> bool(compare_to_optimum(halves, X, y).relative_p_distance < 1e-10)
+    True
+
+    Heads with fixed decays, as a triple ``(V, Q, decays)``: the optimum has
+    one block of features per decay.
+
+    >>> from sklearn_linattn import mhla_forward
+    >>> rng = np.random.default_rng(0)
+    >>> V, Q = rng.normal(size=(3, 1, 2)), rng.normal(size=(3, 2, 2))
+    >>> decays = np.array([0.9, 0.5, 0.9])
+    >>> X = rng.normal(size=(200, 6, 2))
+    >>> y = mhla_forward(X, V, Q, decays=decays)
+    >>> report = compare_to_optimum((V, Q, decays), X, y)
+    >>> report.optimum.decay, report.relative_p_distance < 1e-10
+    ((0.9, 0.5), True)
+    >>> bool(compare_to_optimum((V, Q, [0.9, 0.5, 0.5]), X, y).excess_risk > 0)
     True
     """
     compared = _ComparedModel(model, readout, intercept, skip_coef)
@@ -655,11 +715,13 @@ def _measures(compared, optimum, Xv, lengths, Y, w):
     if compared.skip is not None:
         terms["skip"] = getattr(optimum, "skip_coef_", None)
     Vo, Qo = optimum._standardized_heads
-    F_opt = at_rows(mhla_forward(Xs, Vo, Qo, lengths, readout=readout)
+    F_opt = at_rows(mhla_forward(Xs, Vo, Qo, lengths, readout=readout,
+                                 decays=optimum.head_decays_)
                     + _standardized_terms(st, ey, terms.get("intercept"), terms.get("skip"),
                                           Xs, lengths, readout))
     Ys = at_rows(st.transform_targets(Y))
-    F_heads, top = _head_outputs(st, ey, Xs, lengths, readout, compared.V, compared.Q)
+    F_heads, top = _head_outputs(st, ey, Xs, lengths, readout, compared.V, compared.Q,
+                                 compared.decays)
     F_heads = at_rows(F_heads)
     F_terms = at_rows(_standardized_terms(st, ey, compared.intercept, compared.skip, Xs,
                                           lengths, readout))
