@@ -303,3 +303,36 @@ def test_to_torch_of_a_decayed_model_computes_predict(readout):
                         readout=readout, decays=heads.decays)[..., 0]
     np.testing.assert_allclose(back[real], expected[real], rtol=1e-9,
                                atol=1e-9 * np.abs(expected[real]).max())
+
+
+@pytest.mark.parametrize("route", ["map", "second pass"])
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_chunked_decayed_fit_equals_the_whole_fit(monkeypatch, route, readout):
+    """Many chunks: statistics mapped from the first chunk's coordinates (block by block) or
+    accumulated again, with decays, equal the fit of all the data at once."""
+    import sklearn
+
+    from sklearn_linattn import _problem
+    from sklearn_linattn import _training as training_module
+
+    monkeypatch.setattr(training_module, "_VALIDATION_CHUNK", 2**14)
+    if route == "second pass":
+        monkeypatch.setattr(_problem, "_map_is_cheaper", lambda data, shape: False)
+    V, Q, g = _teacher(seed=11, d=3)
+    rng = np.random.default_rng(11)
+    X, lengths = _padded(rng, 1500, 12, 3, min_length=2)
+    X[:300, :, 1] *= 8.0  # the first chunks unlike the rest
+    Xn = _nan_padded(X, lengths)
+    y = mhla_forward(Xn, V, Q, readout=readout, decays=g)[..., 0]
+    with sklearn.config_context(working_memory=2**17 / 2**20):
+        chunked = LinearAttentionRegressor(readout=readout, decay=DECAYS, solver="eigh").fit(
+            Xn, y)
+    whole = LinearAttentionRegressor(readout=readout, decay=DECAYS, solver="eigh").fit(
+        [X[i, : lengths[i]] for i in range(len(X))], y if readout == "last" else y)
+    X_new = rng.normal(size=(10, 15, 3))
+    y_new = mhla_forward(X_new, V, Q, readout=readout, decays=g)[..., 0]
+    for model in (chunked, whole):
+        np.testing.assert_allclose(model.predict(X_new), y_new, rtol=1e-9,
+                                   atol=1e-9 * np.abs(y_new).max())
+    np.testing.assert_allclose(chunked.coef_, whole.coef_, rtol=1e-8,
+                               atol=1e-10 * np.abs(whole.coef_).max())
