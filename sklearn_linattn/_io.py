@@ -122,7 +122,7 @@ def save_model(model, path):
     certificate from the data, and refit to continue with ``partial_fit``.
     A :class:`LinearAttentionRegressorCV` is written as the model it
     refitted, ``LinearAttentionRegressor(alpha=alpha_, ...)`` (what
-    :func:`load_model` returns).
+    :func:`load_model` returns), with the decays it was refitted with.
 
     A model with fixed decays (the parameter ``decay``) is written with them:
     the parameter, each head's decay (``head_decays_``) and the decays of its
@@ -183,6 +183,8 @@ def save_model(model, path):
         params = {name: params[name] for name in LinearAttentionRegressor().get_params()
                   if name in params}
         params["alpha"] = model.alpha_
+        # A search over candidate decays records its choice as decay_.
+        params["decay"] = getattr(model, "decay_", params.get("decay"))
     if isinstance(params["random_state"], np.random.RandomState):
         params["random_state"] = None
     missing = [name for name in _ATTRIBUTES if not hasattr(model, name)]

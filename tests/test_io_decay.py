@@ -14,7 +14,13 @@ import pytest
 from sklearn.exceptions import ConvergenceWarning
 from test_io import npy_bytes, read_entry, tampered
 
-from sklearn_linattn import LinearAttentionRegressor, load_model, mhla_forward, save_model
+from sklearn_linattn import (
+    LinearAttentionRegressor,
+    LinearAttentionRegressorCV,
+    load_model,
+    mhla_forward,
+    save_model,
+)
 from sklearn_linattn.__main__ import main
 
 DECAYS = [0.9, 0.5]
@@ -180,6 +186,22 @@ def test_save_refuses_a_decay_changed_after_fit(decay_file, tmp_path):
     with pytest.raises(ValueError, match=r"fitted with decay=None, but its parameter is "
                        r"decay=0\.5"):
         save_model(plain, tmp_path / "y.npz")
+
+
+def test_a_search_is_saved_with_the_decays_it_refitted_with(tmp_path):
+    X, y = teacher_data()
+    if "decays" in LinearAttentionRegressorCV().get_params():  # candidate decays searched
+        search = LinearAttentionRegressorCV(alphas=[0.0, 1e-3], cv=3, decays=[None, (0.9, 0.5)])
+    else:
+        search = LinearAttentionRegressorCV(alphas=[0.0, 1e-3], cv=3, decay=(0.9, 0.5))
+    search.fit(X, y)
+    save_model(search, tmp_path / "m.npz")
+    loaded = load_model(tmp_path / "m.npz")
+    assert type(loaded) is LinearAttentionRegressor
+    assert loaded.decay == DECAYS and loaded.alpha == search.alpha_
+    np.testing.assert_array_equal(loaded.head_decays_, search.head_decays_)
+    assert np.array_equal(loaded.predict(X), search.predict(X))
+    assert np.array_equal(loaded.predict_from_coefficients(X), search.predict_from_coefficients(X))
 
 
 # ------------------------------------------------------- malformed decay entries
