@@ -38,10 +38,10 @@ import sklearn_linattn as package
 
 from . import _memory
 from ._features import n_attention_features
-from ._io import _load_arrays
 from ._memory import n_pairs, real_tokens
+from ._npz import load_arrays
 from ._solvers import SOLVERS, choose_solver, solver_memory
-from ._params import check_number
+from ._params import check_decays, check_number
 
 EXIT_OK = 0
 EXIT_INPUT = 1
@@ -80,6 +80,7 @@ _NUMERIC_OPTIONS = {
     "random_state": _SEED,
     "token_dim": dict(integer=True, low=1),
     "tol": dict(low=0.0),
+    "decay": dict(low=0.0, high=1.0, low_open=True),  # each of the values given
 }
 
 
@@ -96,7 +97,7 @@ def _load_data(path, need_y):
     if not os.path.exists(path):
         raise _UserError(f"no such file: {path}")
     try:
-        arrays = _load_arrays(path, ["X", "y"] if need_y else ["X"])
+        arrays = load_arrays(path, ["X", "y"] if need_y else ["X"])
     except ValueError as exc:
         raise _UserError(str(exc)) from None
     return arrays["X"], arrays.get("y")
@@ -137,8 +138,11 @@ def _emit(args, payload, lines):
         print("\n".join(lines))
 
 
-def _describe(X, token_dim, data_format="channels_last"):
-    """'N sequences (d = .., psi = .. features)' from the raw array, before validation."""
+def _describe(X, token_dim, data_format="channels_last", n_decays=None):
+    """'N sequences (d = .., psi = .. features)' from the raw array, before validation.
+
+    With ``n_decays`` decays the model has that many blocks of psi features.
+    """
 
     X = np.asarray(X)
     if X.ndim == 3:
@@ -150,8 +154,13 @@ def _describe(X, token_dim, data_format="channels_last"):
         tokens = X.shape[1] // d
     else:
         return f"X of shape {X.shape}"
-    return (f"{X.shape[0]} sequences of up to {tokens} tokens (d = {d}, "
-            f"psi = {n_attention_features(d)} features)")
+    psi = n_attention_features(d)
+    if n_decays is None:
+        features = f"psi = {psi} features"
+    else:
+        blocks = f"{n_decays} decay{'s' if n_decays > 1 else ''}"
+        features = f"psi = {n_decays * psi} features: {blocks} x {psi}"
+    return f"{X.shape[0]} sequences of up to {tokens} tokens (d = {d}, {features})"
 
 
 @contextlib.contextmanager
@@ -183,6 +192,7 @@ def _fit(args):
         readout=args.readout,
         alpha=args.alpha,
         n_heads=args.n_heads,
+        decay=args.decay,
         solver=args.solver,
         token_dim=args.token_dim,
         data_format=args.data_format,
@@ -199,8 +209,9 @@ def _fit(args):
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with _stage(args, f"fitting {_describe(X, args.token_dim, args.data_format)}"), \
-                _stdout_to_stderr():
+        n_decays = None if args.decay is None else len(args.decay)
+        what = _describe(X, args.token_dim, args.data_format, n_decays)
+        with _stage(args, f"fitting {what}"), _stdout_to_stderr():
             model.fit(X, y)
     elapsed = time.perf_counter() - start
     with _stage(args, "scoring the fit on its training data"):
@@ -255,7 +266,10 @@ def _predict(args):
     except ValueError as exc:
         raise _UserError(str(exc)) from None
     X, _ = _load_data(args.data, need_y=False)
-    with _stage(args, f"predicting {_describe(X, model.token_dim, model.data_format)}"):
+    decays = check_decays(model.decay)
+    what = _describe(X, model.token_dim, model.data_format,
+                     None if decays is None else len(decays))
+    with _stage(args, f"predicting {what}"):
         pred = model.predict(X)
     if where:
         np.save(where, pred)
@@ -490,7 +504,11 @@ def build_parser(prog="sklearn-linattn"):
     fit.add_argument("-o", "--output", default="model.npz", help="model file (default model.npz)")
     fit.add_argument("--alpha", type=float, default=0.0, help="ridge penalty (default 0)")
     fit.add_argument("--n-heads", type=_n_heads_option, default=None,
-                     help="compress to this many heads, or 'auto' for the fewest that fit as well")
+                     help="compress to this many heads (per decay with --decay), or 'auto' for "
+                          "the fewest that fit as well")
+    fit.add_argument("--decay", type=float, nargs="+", default=None, metavar="GAMMA",
+                     help="fixed decays in (0, 1] (retention), distinct: one block of psi "
+                          "features and one group of heads per decay (default: none)")
     fit.add_argument("--solver", choices=list(SOLVERS), default="auto")
     fit.add_argument("--random-state", type=int, default=None)
     model_options(fit)
@@ -545,8 +563,13 @@ def _check_numeric_options(args):
     for name, expected in _NUMERIC_OPTIONS.items():
         value = getattr(args, name, None)
         if value is not None and not (name == "n_heads" and value == "auto"):
+            option = f"--{name.replace('_', '-')}"
             try:
-                check_number(value, f"--{name.replace('_', '-')}", **expected)
+                # An option of several values (--decay) checks each.
+                for item in value if isinstance(value, list) else [value]:
+                    check_number(item, option, **expected)
+                if name == "decay":
+                    check_decays(value, option)  # one block per decay: distinct
             except (TypeError, ValueError) as exc:
                 raise _UsageError(str(exc)) from None
 

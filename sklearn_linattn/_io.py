@@ -1,29 +1,23 @@
 """Model files that are safe to load: plain arrays in ``.npz``, never pickles.
 
-Files are not trusted.  An ``.npz`` is a zip archive of ``.npy`` members; it
-is read here member by member with :mod:`zipfile` and the header functions of
-:mod:`numpy.lib.format`, so that every member's dtype and shape are known,
-and checked, before any of its data is read or any memory is allocated for
-it.  ``numpy.load`` cannot give that guarantee: it allocates whatever a
-header declares (a 780 KB deflate bomb asks for 800 MB) and silently keeps
-the last of two members with the same name.
+Files are not trusted: they are read member by member, every member's dtype
+and shape checked before its data is read (:mod:`._npz`), and every entry
+checked against the others before the model is returned.
 """
 
-import collections
 import json
 import math
 import numbers
 import os
-import zipfile
-import zlib
 
 import numpy as np
-from numpy.lib import format as npy_format
 from sklearn.utils.validation import check_is_fitted
 
 from ._features import n_attention_features
 from ._attention import attention_coefficients
 from ._memory import resolve_budget
+from ._npz import NpzReader, gib
+from ._params import check_decays
 from ._solvers import SOLVERS
 from ._standardize import TokenStandardizer
 from ._estimators import LinearAttentionRegressor
@@ -34,14 +28,17 @@ __all__ = ["load_model", "save_model"]
 _FORMAT = "sklearn-linattn-model"
 # Version 2 added solver_ and n_iter_, the standardized coordinates and the
 # model in them, and stores _single_output under its attribute name;
-# version 1 files came from development snapshots only.
+# version 1 files came from development snapshots only.  Fixed decays added
+# entries to version 3 that only models with decays have (_DECAY_ENTRIES), so
+# the files of models without them are what they were.
 _FORMAT_VERSION = 3
 
 # The fitted attributes a model file holds.  A scalar is given by its kind;
 # an array (always real floating point) by its shape in terms of
-# d = n_features_in_, d_out = n_outputs_ and h = n_heads_, which the file
-# must match exactly before the array is read.  This is the one list to
-# extend when the estimator gains a fitted attribute.
+# d = n_features_in_, d_out = n_outputs_, h = n_heads_ and k, the number of
+# feature blocks (decays; 1 without), which the file must match exactly
+# before the array is read.  This is the one list to extend when the
+# estimator gains a fitted attribute.
 _ATTRIBUTES = {
     "n_features_in_": "int",
     "n_outputs_": "int",
@@ -51,26 +48,35 @@ _ATTRIBUTES = {
     "n_iter_": "int",
     "compression_residual_": "float or None",
     "_single_output": "bool",
-    "coef_": lambda d, d_out, h: (d_out, n_attention_features(d)),
-    "value_matrices_": lambda d, d_out, h: (h, d_out, d),
-    "key_query_matrices_": lambda d, d_out, h: (h, d, d),
-    "intercept_": lambda d, d_out, h: (d_out,),
-    "skip_coef_": lambda d, d_out, h: (d_out, d),
+    "coef_": lambda d, d_out, h, k: (d_out, k * n_attention_features(d)),
+    "value_matrices_": lambda d, d_out, h, k: (h, d_out, d),
+    "key_query_matrices_": lambda d, d_out, h, k: (h, d, d),
+    "head_decays_": lambda d, d_out, h, k: (h,),
+    "intercept_": lambda d, d_out, h, k: (d_out,),
+    "skip_coef_": lambda d, d_out, h, k: (d_out, d),
 }
 # The standardized coordinates the model was fitted in (``standardization_``)
 # and the model in them, which ``predict`` evaluates; stored as plain arrays
 # (the exponents as exact float64 integers) and checked against the
 # attributes above when loaded.
 _STANDARDIZED = {
-    "standardization_exponents": lambda d, d_out, h: (d,),
-    "standardization_whitening": lambda d, d_out, h: (d, d),
-    "standardization_y_exponents": lambda d, d_out, h: (d_out,),
-    "standardized_coef": lambda d, d_out, h: (d_out, n_attention_features(d)),
-    "standardized_value_matrices": lambda d, d_out, h: (h, d_out, d),
-    "standardized_key_query_matrices": lambda d, d_out, h: (h, d, d),
+    "standardization_exponents": lambda d, d_out, h, k: (d,),
+    "standardization_whitening": lambda d, d_out, h, k: (d, d),
+    "standardization_y_exponents": lambda d, d_out, h, k: (d_out,),
+    "standardization_decays": lambda d, d_out, h, k: (k,),
+    "standardized_coef": lambda d, d_out, h, k: (d_out, k * n_attention_features(d)),
+    "standardized_value_matrices": lambda d, d_out, h, k: (h, d_out, d),
+    "standardized_key_query_matrices": lambda d, d_out, h, k: (h, d, d),
 }
 _STANDARDIZED_SCALARS = {"standardization_whitened": "bool",
                          "standardization_weight_exponent": "int"}
+# The entries of the decays, which a file holds exactly when the parameter
+# decay is set: without decays head_decays_ is None and the standardized
+# coordinates have one block, as in files written before decays existed.
+_DECAY_ENTRIES = frozenset({"head_decays_", "standardization_decays"})
+# Parameters that may be a sequence (of numbers): stored as a JSON array, so
+# they come back as a list.
+_SEQUENCE_PARAMS = frozenset({"decay"})
 # Exponents of the power-of-two scales that float64 can hold at all.
 _MAX_EXPONENT = 1100
 # Entries of the file itself, not attributes of the model.  heads_residual
@@ -78,232 +84,20 @@ _MAX_EXPONENT = 1100
 # the data's own units: load_model measures it again (see
 # _check_heads_reproduce_coef).
 _FILE_ENTRIES = ("format", "format_version", "params", "heads_residual")
-# Text members (the format tag, the solver name, the JSON parameters) are
-# tiny; anything longer is not a file save_model wrote.
-_MAX_TEXT_CHARS = 2**16
 # The parameters are one flat JSON object (one level).  Python's JSON decoder
 # recurses once per level of nesting, so a text nested deeper than this is
 # refused before it is decoded: 2**16 characters can nest 32 768 levels, far
 # past the interpreter's recursion limit.
 _MAX_JSON_DEPTH = 32
-# What a message quotes of a corrupt header or text, at most.
-_QUOTE_CHARS = 200
-# The data of a large member is copied in pieces of this size, so reading
-# never needs a second full-size buffer.
-_READ_CHUNK = 2**24
-# Zip damage surfaces as any of these, from the directory or a member stream.
-_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
-               ValueError, OSError)
-
-
-def _gib(n_bytes):
-    return f"{n_bytes / 2**30:.3g} GiB"
-
-
-class _NpzReader:
-    """An ``.npz`` archive opened for checked, member-by-member reading.
-
-    ``entries`` maps each key (member name without ``.npy``) to its
-    :class:`zipfile.ZipInfo`; :meth:`header` reads and checks a member's
-    ``.npy`` header only; :meth:`read` reads its data once the caller has
-    checked the header.
-    """
-
-    def __init__(self, path, what):
-        self.path = os.fsdecode(os.fspath(path))
-        self.what = what
-        self._zip = None
-        if os.path.isdir(self.path):
-            raise ValueError(f"{self.path} is a directory, not {what}.")
-        self._file = open(self.path, "rb")  # FileNotFoundError/PermissionError as they are
-        try:
-            magic = self._file.read(6)
-            if magic == b"\x93NUMPY":
-                raise ValueError(
-                    f"{self.path} is a single .npy array, not {what} (an .npz archive, "
-                    "as written by numpy.savez)."
-                )
-            self._file.seek(0)
-            try:
-                self._zip = zipfile.ZipFile(self._file)
-                infos = self._zip.infolist()
-            except _ZIP_ERRORS as exc:
-                raise ValueError(
-                    f"{self.path} is not a readable .npz file: not a zip archive ({exc})."
-                ) from None
-            keys = [info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-                    for info in infos]
-            # numpy.load would keep only the last of two equal names; which
-            # one a reader sees must not depend on that.
-            repeated = sorted(k for k, n in collections.Counter(keys).items() if n > 1)
-            if repeated:
-                raise ValueError(
-                    f"{self.path} is a corrupt .npz file: the entries {repeated} appear "
-                    "more than once in its zip directory."
-                )
-            self.entries = dict(zip(keys, infos))
-            self._headers = {}
-        except BaseException:
-            self._file.close()
-            raise
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc_info):
-        self.close()
-
-    def close(self):
-        if self._zip is not None:
-            self._zip.close()
-        self._file.close()
-
-    def _error(self, key, message):
-        return ValueError(f"{self.path}: entry {key!r} {message}")
-
-    def header(self, key):
-        """``(shape, dtype, fortran_order, data_offset)`` of member ``key``, from its header.
-
-        Only the header is decompressed.  The declared size must equal the
-        member's uncompressed size in the zip directory, and the dtype must
-        hold plain values (no objects, no structured records).
-        """
-        if key in self._headers:
-            return self._headers[key]
-        info = self.entries[key]
-        if not info.filename.endswith(".npy"):
-            raise self._error(key, "is not a .npy array.")
-        try:
-            with self._zip.open(info) as stream:
-                version = npy_format.read_magic(stream)
-                if version == (1, 0):
-                    shape, fortran, dtype = npy_format.read_array_header_1_0(stream)
-                elif version == (2, 0):
-                    shape, fortran, dtype = npy_format.read_array_header_2_0(stream)
-                else:
-                    raise ValueError(f"unsupported .npy format version {version}")
-                offset = stream.tell()
-        except _ZIP_ERRORS as exc:
-            raise self._error(key, f"has a corrupt .npy header ({_quote(exc)}).") from None
-        if (dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None
-                or dtype.itemsize == 0):
-            raise self._error(
-                key, f"holds an array of dtype {dtype}; model and data files hold plain "
-                "numbers and text only (object arrays would need pickle, which is never "
-                "loaded)."
-            )
-        n_bytes = math.prod(shape) * dtype.itemsize
-        if offset + n_bytes != info.file_size:
-            raise self._error(
-                key, f"declares an array of shape {shape} and dtype {dtype} "
-                f"({n_bytes} bytes of data after a {offset}-byte header), but the member "
-                f"holds {info.file_size} bytes: the file is corrupt."
-            )
-        self._headers[key] = (shape, dtype, fortran, offset)
-        return self._headers[key]
-
-    def read(self, key):
-        """The array of member ``key``; call after checking :meth:`header`."""
-        shape, dtype, fortran, offset = self.header(key)
-        count = math.prod(shape)
-        out = np.empty(count, dtype=dtype)
-        view = memoryview(out.view(np.uint8).reshape(-1))
-        try:
-            with self._zip.open(self.entries[key]) as stream:
-                stream.read(offset)
-                pos = 0
-                while pos < len(view):
-                    chunk = stream.read(min(_READ_CHUNK, len(view) - pos))
-                    if not chunk:
-                        raise EOFError("the data ends early")
-                    view[pos:pos + len(chunk)] = chunk
-                    pos += len(chunk)
-                # Reading to the end makes zipfile verify the CRC.
-                if stream.read(1):
-                    raise ValueError("data continues past the declared array")
-        except _ZIP_ERRORS as exc:
-            raise self._error(key, f"has corrupt data ({exc}).") from None
-        if fortran:
-            return out.reshape(shape[::-1]).transpose()
-        return out.reshape(shape)
-
-    def scalar(self, key, kind):
-        """A 0-d member of ``kind`` "int", "bool", "float" or "str", as a Python value."""
-        shape, dtype, _, _ = self.header(key)
-        kinds = {"int": "iu", "bool": "b", "float": "f", "str": "U"}[kind]
-        names = {"int": "an integer", "bool": "a boolean", "float": "a floating-point number",
-                 "str": "a text string"}
-        if shape != () or dtype.kind not in kinds:
-            raise self._error(
-                key, f"must be {names[kind]} scalar; found an array of shape {shape} and "
-                f"dtype {dtype}."
-            )
-        if kind == "str" and dtype.itemsize > 4 * _MAX_TEXT_CHARS:
-            raise self._error(
-                key, f"must be a text of at most {_MAX_TEXT_CHARS} characters; found "
-                f"dtype {dtype}."
-            )
-        value = self.read(key)[()]
-        return {"int": int, "bool": bool, "float": float, "str": str}[kind](value)
-
-
-def _load_arrays(path, required, optional=(), *, memory_budget=None):
-    """Read the named arrays of a data ``.npz`` with the same checks as model files.
-
-    Every requested array's dtype and declared size are checked from its
-    header first: object arrays are refused and the total must fit in
-    ``memory_budget`` bytes (default: half the physical memory).
-
-    Parameters
-    ----------
-    path : str or path-like
-    required : sequence of str
-        Keys that must be present.
-    optional : sequence of str, default=()
-        Keys read when present.
-    memory_budget : int or None, default=None
-
-    Returns
-    -------
-    arrays : dict
-        Key to ndarray, for every required key and each optional key present.
-
-    Examples
-    --------
-    >>> import numpy as np, os, tempfile
-    >>> from sklearn_linattn._io import _load_arrays
-    >>> path = os.path.join(tempfile.mkdtemp(), "data.npz")
-    >>> np.savez(path, X=np.zeros((4, 3, 2)))
-    >>> sorted(_load_arrays(path, ["X"], ["y"]))
-    ['X']
-    """
-    budget = resolve_budget(memory_budget)
-    path = os.fspath(path)
-    with _NpzReader(path, "a data file") as reader:
-        missing = [k for k in required if k not in reader.entries]
-        if missing:
-            raise ValueError(
-                f"{path} has no array named {missing[0]!r} (it has {sorted(reader.entries)})."
-            )
-        keys = list(required) + [k for k in optional if k in reader.entries]
-        sizes = {}
-        for key in keys:
-            shape, dtype, _, _ = reader.header(key)
-            sizes[key] = math.prod(shape) * dtype.itemsize
-        if sum(sizes.values()) > budget:
-            listing = ", ".join(
-                f"{k} {reader.header(k)[0]} {reader.header(k)[1]} ({_gib(n)})"
-                for k, n in sizes.items()
-            )
-            raise ValueError(
-                f"{path}: the arrays {listing} need {_gib(sum(sizes.values()))}, more than "
-                f"the memory budget of {_gib(budget)} (half the physical memory)."
-            )
-        return {key: reader.read(key) for key in keys}
-
-
 def _json_value(name, value):
-    """A parameter as plain JSON data (numpy scalars become Python numbers)."""
+    """A parameter as plain JSON data (numpy scalars become Python numbers).
+
+    Parameters of ``_SEQUENCE_PARAMS`` may also be a sequence (a list, tuple
+    or 1-d array) of numbers, written as a JSON array.
+    """
+    if (name in _SEQUENCE_PARAMS and not isinstance(value, (str, bytes))
+            and np.ndim(value) == 1):
+        return [_json_value(f"{name}[{i}]", v) for i, v in enumerate(value)]
     if value is None or isinstance(value, (str, bool)):
         return value
     if isinstance(value, np.bool_):
@@ -312,9 +106,10 @@ def _json_value(name, value):
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
+    sequence = " (or a sequence of numbers)" if name in _SEQUENCE_PARAMS else ""
     raise TypeError(
         f"save_model stores parameters as plain data; parameter {name}={value!r} of type "
-        f"{type(value).__name__} is not a number, string or None."
+        f"{type(value).__name__} is not a number{sequence}, string or None."
     )
 
 
@@ -327,7 +122,13 @@ def save_model(model, path):
     certificate from the data, and refit to continue with ``partial_fit``.
     A :class:`LinearAttentionRegressorCV` is written as the model it
     refitted, ``LinearAttentionRegressor(alpha=alpha_, ...)`` (what
-    :func:`load_model` returns).
+    :func:`load_model` returns), with the decays it was refitted with.
+
+    A model with fixed decays (the parameter ``decay``) is written with them:
+    the parameter, each head's decay (``head_decays_``) and the decays of its
+    standardized coordinates.  A sequence of decays is stored as a JSON array,
+    so it comes back as a list (``decay=(1.0, 0.9)`` loads as
+    ``decay=[1.0, 0.9]``, the same model); one number comes back as it was.
 
     Parameters
     ----------
@@ -343,6 +144,10 @@ def save_model(model, path):
         parameter is not plain data.  A ``RandomState`` instance as
         ``random_state`` is stored as None: it only seeded the head
         compression, which is done.
+    ValueError
+        When the parameter ``decay`` is not the decays the model was fitted
+        with (changed by ``set_params`` after ``fit``): the file would
+        describe another model.
 
     See Also
     --------
@@ -358,6 +163,14 @@ def save_model(model, path):
     >>> save_model(model, path)
     >>> bool(np.allclose(load_model(path).predict(X), model.predict(X)))
     True
+
+    With fixed decays, one block of features per decay:
+
+    >>> model = LinearAttentionRegressor(decay=(1.0, 0.5)).fit(X, X[:, -1, 0])
+    >>> save_model(model, path)
+    >>> loaded = load_model(path)
+    >>> loaded.decay, loaded.coef_.shape, loaded.standardization_.decays
+    ([1.0, 0.5], (1, 12), (1.0, 0.5))
     """
     if not isinstance(model, LinearAttentionRegressor):
         raise TypeError(
@@ -370,15 +183,20 @@ def save_model(model, path):
         params = {name: params[name] for name in LinearAttentionRegressor().get_params()
                   if name in params}
         params["alpha"] = model.alpha_
+        # A search over candidate decays records its choice as decay_.
+        params["decay"] = getattr(model, "decay_", params.get("decay"))
     if isinstance(params["random_state"], np.random.RandomState):
         params["random_state"] = None
-    params = {name: _json_value(name, value) for name, value in params.items()}
     missing = [name for name in _ATTRIBUTES if not hasattr(model, name)]
     if missing:
         raise TypeError(f"model lacks the fitted attributes {missing}; fit it again.")
-    entries = {"heads_residual": np.float64(_heads_residual(model))}
+    decays = _fitted_decays(model, params["decay"])
+    params = {name: _json_value(name, value) for name, value in params.items()}
+    entries = {"heads_residual": np.float64(_heads_residual(model, decays))}
     for name, spec in _ATTRIBUTES.items():
         value = getattr(model, name)
+        if name in _DECAY_ENTRIES and decays is None:
+            continue
         if spec == "int":
             entries[name] = np.int64(value)
         elif spec == "bool":
@@ -399,12 +217,34 @@ def save_model(model, path):
     )
 
 
+def _fitted_decays(model, decay):
+    """The decays the model was fitted with, which its parameter ``decay`` must give."""
+    fitted = model.standardization_.decays
+    try:
+        same = check_decays(decay) == fitted
+    except (TypeError, ValueError):
+        same = False
+    if not same:
+        raise ValueError(
+            f"model was fitted with decay={None if fitted is None else list(fitted)}, but its "
+            f"parameter is decay={decay!r} (set after fit?); fit it again or set it back.")
+    head_decays = model.head_decays_
+    if (fitted is None) != (head_decays is None):
+        raise ValueError(
+            f"model was fitted with decay={None if fitted is None else list(fitted)}, but its "
+            f"head_decays_ is {head_decays!r}; fit it again.")
+    return fitted
+
+
 def _standardized_entries(model):
     """The file entries of ``standardization_`` and of the model in those coordinates."""
     st = model.standardization_
     d, d_out = model.n_features_in_, model.n_outputs_
     V, Q = model._standardized_heads
+    decays = {} if st.decays is None else {
+        "standardization_decays": np.asarray(st.decays, dtype=np.float64)}
     return {
+        **decays,
         "standardization_exponents": st.exponents.astype(np.float64),
         "standardization_whitening": np.eye(d) if st.whitening is None else st.whitening,
         "standardization_y_exponents": (np.zeros(d_out) if st.y_exponents is None
@@ -417,7 +257,7 @@ def _standardized_entries(model):
     }
 
 
-def _restore_standardization(path, model, values):
+def _restore_standardization(path, model, values, decays):
     """Set ``standardization_`` and the standardized model; check them against the rest.
 
     ``coef_`` and the heads must be what the standardized model maps back to
@@ -448,7 +288,7 @@ def _restore_standardization(path, model, values):
         fail("standardization_whitening", "must be an invertible matrix (a whitening).")
     st = TokenStandardizer(exponents["standardization_exponents"],
                            W if whitened else None,
-                           exponents["standardization_y_exponents"], ew)
+                           exponents["standardization_y_exponents"], ew, decays=decays)
     coef_s = values["standardized_coef"]
     V_s = values["standardized_value_matrices"]
     Q_s = values["standardized_key_query_matrices"]
@@ -471,12 +311,6 @@ def _restore_standardization(path, model, values):
     model.standardization_ = st
     model._standardized_coef = coef_s
     model._standardized_heads = (V_s, Q_s)
-
-
-def _quote(exc):
-    """An exception's text, cut to ``_QUOTE_CHARS`` (numpy quotes a whole corrupt header)."""
-    text = str(exc)
-    return text if len(text) <= _QUOTE_CHARS else text[:_QUOTE_CHARS] + "..."
 
 
 def _json_depth_exceeds(text, limit):
@@ -552,7 +386,7 @@ def _model_from_params(path, text):
     return model
 
 
-def _check_scalars(path, model, values):
+def _check_scalars(path, model, values, decays):
     """Ranges of the scalar attributes and their consistency with the parameters."""
     d, d_out, h = values["n_features_in_"], values["n_outputs_"], values["n_heads_"]
 
@@ -564,14 +398,19 @@ def _check_scalars(path, model, values):
     if d_out < 1:
         fail("n_outputs_", f"must be at least 1; found {d_out}.")
     # The SVD of the (d_out d) x d^2 coefficient matrix gives at most that many
-    # heads, and compression only ever reduces the count.
+    # heads (per decay, one matrix each), and compression only ever reduces the
+    # count.
     most = min(d_out * d, d * d)
-    if not 0 <= h <= most:
-        fail("n_heads_", f"must be between 0 and min(d_out * d, d * d) = {most} for "
-             f"d = {d}, d_out = {d_out}; found {h}.")
+    k = 1 if decays is None else len(decays)
+    if not 0 <= h <= k * most:
+        bound = (f"min(d_out * d, d * d) = {most} for d = {d}, d_out = {d_out}"
+                 if decays is None else f"n_decays * min(d_out * d, d * d) = {k * most} "
+                 f"for d = {d}, d_out = {d_out} and {_decays_text(k)}")
+        fail("n_heads_", f"must be between 0 and {bound}; found {h}.")
     psi = n_attention_features(d)
-    if not 0 <= values["feature_rank_"] <= psi:
-        fail("feature_rank_", f"must be between 0 and psi = {psi}; found "
+    if not 0 <= values["feature_rank_"] <= k * psi:
+        features = "psi" if decays is None else f"n_decays * psi = {k} * {psi}"
+        fail("feature_rank_", f"must be between 0 and {features} = {k * psi}; found "
              f"{values['feature_rank_']}.")
     if values["solver_"] not in SOLVERS[1:]:
         fail("solver_", f"must be one of {SOLVERS[1:]}; found {values['solver_']!r}.")
@@ -591,7 +430,8 @@ def _check_scalars(path, model, values):
         if not 0 <= residual < np.inf:
             fail("compression_residual_", f"must be a finite number >= 0; found {residual}.")
     elif residual is None:
-        if model.n_heads is not None and h > model.n_heads:
+        # With decays the bound is per decay (checked with head_decays_).
+        if decays is None and model.n_heads is not None and h > model.n_heads:
             fail("n_heads_", f"is {h}, more than the parameter n_heads={model.n_heads}, "
                  "with no compression_residual_.")
     else:
@@ -601,15 +441,91 @@ def _check_scalars(path, model, values):
         if not 0 <= residual < np.inf:
             fail("compression_residual_", f"must be NaN (no compression) or a finite "
                  f"number >= 0; found {residual}.")
-        if model.n_heads is None or h != model.n_heads:
+        # With decays, some decay's heads (checked with head_decays_).
+        if model.n_heads is None or (decays is None and h != model.n_heads):
             fail("compression_residual_", f"is set, so the heads were compressed to the "
                  f"parameter n_heads={model.n_heads}; but n_heads_ = {h}.")
 
 
-def _heads_residual(model):
+def _decays_text(k):
+    return f"{k} decay{'' if k == 1 else 's'}"
+
+
+def _check_head_decays(path, model, values, decays):
+    """``head_decays_`` and ``standardization_decays`` against the parameter ``decay``.
+
+    Each head's decay must be one of the parameter's, the heads grouped by
+    decay in the parameter's order (the column blocks of ``coef_``), and each
+    group no larger than one block's SVD gives, nor than the parameter
+    ``n_heads`` allows per decay (exactly that many in some group when the
+    heads were compressed).
+    """
+    def fail(key, message):
+        raise ValueError(f"{path}: entry {key!r} {message}")
+
+    given = values["standardization_decays"]
+    if not np.all((given > 0) & (given <= 1)):
+        fail("standardization_decays", f"must hold decays in (0, 1]; found {given.tolist()}.")
+    if tuple(given.tolist()) != decays:
+        fail("standardization_decays", f"must be the parameter decay={list(decays)} (the "
+             f"feature blocks the model was fitted with); found {given.tolist()}.")
+    head_decays = values["head_decays_"]
+    if not np.all((head_decays > 0) & (head_decays <= 1)):
+        fail("head_decays_", f"must hold decays in (0, 1]; found {head_decays.tolist()}.")
+    block = np.full(head_decays.shape, len(decays))
+    for b, gamma in enumerate(decays):
+        block[head_decays == gamma] = b
+    if np.any(block == len(decays)):
+        stray = head_decays[block == len(decays)][0]
+        fail("head_decays_", f"holds the decay {stray}, which is not one of the parameter "
+             f"decay={list(decays)}.")
+    if np.any(np.diff(block) < 0):
+        fail("head_decays_", f"must list the heads decay by decay in the order of the "
+             f"parameter decay={list(decays)}; found {head_decays.tolist()}.")
+    d, d_out = values["n_features_in_"], values["n_outputs_"]
+    counts = np.bincount(block, minlength=len(decays))
+    largest = int(counts.max())
+    gamma = decays[int(counts.argmax())]
+    most = min(d_out * d, d * d)
+    if largest > most:
+        fail("head_decays_", f"gives {largest} heads the decay {gamma}, more than the "
+             f"min(d_out * d, d * d) = {most} one decay's coefficients have for d = {d}, "
+             f"d_out = {d_out}.")
+    n_heads, residual = model.n_heads, values["compression_residual_"]
+    if n_heads is None or n_heads == "auto":
+        return
+    if residual is None and largest > n_heads:
+        fail("head_decays_", f"gives {largest} heads the decay {gamma}, more than the "
+             f"parameter n_heads={n_heads} (the most per decay), with no "
+             "compression_residual_.")
+    if residual is not None and largest != n_heads:
+        fail("compression_residual_", f"is set, so some decay's heads were compressed to "
+             f"the parameter n_heads={n_heads}; but the most heads of one decay (entry "
+             f"'head_decays_') is {largest}.")
+
+
+def _head_coefficients(model, decays):
+    """The coefficients ``p(V, Q)`` of the model's heads, shaped as ``coef_``.
+
+    With decays, block by block: block b holds the coefficients of the heads
+    of decay ``decays[b]`` (zeros when it has none).
+    """
+    V, Q = model.value_matrices_, model.key_query_matrices_
+    if decays is None:
+        return attention_coefficients(V, Q)
+    d_out, width = model.coef_.shape
+    blocks = []
+    for gamma in decays:
+        mine = model.head_decays_ == gamma
+        blocks.append(attention_coefficients(V[mine], Q[mine]) if mine.any()
+                      else np.zeros((d_out, width // len(decays))))
+    return np.concatenate(blocks, axis=1)
+
+
+def _heads_residual(model, decays):
     """``||p(V, Q) - coef_|| / ||coef_||`` in the data's own units (0 for 0 = 0)."""
     coef = np.asarray(model.coef_, dtype=np.float64)
-    p = attention_coefficients(model.value_matrices_, model.key_query_matrices_)
+    p = _head_coefficients(model, decays)
     norm = float(np.linalg.norm(coef))
     gap = float(np.linalg.norm(p - coef))
     if gap == 0:
@@ -638,7 +554,7 @@ def _check_terms_match_params(path, model):
             )
 
 
-def _check_heads_reproduce_coef(path, model, recorded):
+def _check_heads_reproduce_coef(path, model, recorded, decays):
     """The heads must compute the function ``coef_`` describes.
 
     ``predict`` uses the heads and ``predict_from_coefficients`` uses
@@ -648,11 +564,12 @@ def _check_heads_reproduce_coef(path, model, recorded):
     estimator's ``compression_residual_`` measures it in the coordinates it
     compressed in, which need not be the data's own units, so the file also
     records the difference in the data's units (``heads_residual``), and it
-    must be measured again here, to rounding.
+    must be measured again here, to rounding.  With decays the heads of each
+    decay compute their block of ``coef_``.
     """
     d, d_out = model.n_features_in_, model.n_outputs_
     allowance = _rounding_allowance(d, d_out)
-    found = _heads_residual(model)
+    found = _heads_residual(model, decays)
     heads = "entries 'value_matrices_' and 'key_query_matrices_' do not reproduce 'coef_'"
     if not (math.isfinite(recorded) and recorded >= 0):
         raise ValueError(f"{path}: entry 'heads_residual' must be a finite number >= 0; "
@@ -686,6 +603,14 @@ def load_model(path):
     :func:`save_model` in the data's own units), so that ``predict`` and
     ``predict_from_coefficients`` agree as far as the model says.  Parameters
     missing from the file take their default values.
+
+    A model with fixed decays (the parameter ``decay``) has each head's decay
+    (``head_decays_``) and the decays of its standardized coordinates in the
+    file too: they must be the parameter's, the heads grouped by decay in its
+    order, and the heads of each decay must compute that decay's block of
+    ``coef_``.  Files of models without decays (and files written before
+    decays existed) have none of these entries and load with ``decay=None``.
+    A sequence of decays comes back as a list.
 
     A loaded model predicts, scores and generates.  It keeps no sufficient
     statistics, so ``partial_fit`` raises a ``ValueError``; call ``fit``.
@@ -732,7 +657,7 @@ def load_model(path):
         raise TypeError(f"path must be a file name; got {type(path).__name__}.")
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such model file: {os.fsdecode(path)}")
-    with _NpzReader(path, "a sklearn-linattn model file") as reader:
+    with NpzReader(path, "a sklearn-linattn model file") as reader:
         path = reader.path
         if "format" not in reader.entries:
             raise ValueError(
@@ -754,16 +679,26 @@ def load_model(path):
                 f"sklearn-linattn reads model format version {_FORMAT_VERSION} (fit and "
                 "save the model again)."
             )
-        expected = set(_FILE_ENTRIES) | set(_ATTRIBUTES) | set(_STANDARDIZED) | set(
-            _STANDARDIZED_SCALARS)
+        expected = (set(_FILE_ENTRIES) | set(_ATTRIBUTES) | set(_STANDARDIZED)
+                    | set(_STANDARDIZED_SCALARS)) - _DECAY_ENTRIES
         missing = sorted(expected - set(reader.entries))
         if missing:
             raise ValueError(f"{path} lacks the entries {missing}.")
-        unknown = sorted(set(reader.entries) - expected)
+        unknown = sorted(set(reader.entries) - expected - _DECAY_ENTRIES)
         if unknown:
             raise ValueError(f"{path} has unknown entries {unknown}.")
 
         model = _model_from_params(path, reader.scalar("params", "str"))
+        decays = check_decays(model.decay)  # valid: checked with the parameters
+        present = sorted(_DECAY_ENTRIES & set(reader.entries))
+        if decays is None and present:
+            raise ValueError(
+                f"{path}: the entries {present} hold decays, but entry 'params' has no "
+                "decay (decay=None); the file is inconsistent.")
+        if decays is not None and len(present) < len(_DECAY_ENTRIES):
+            raise ValueError(
+                f"{path} lacks the entries {sorted(_DECAY_ENTRIES - set(present))}, which a "
+                f"model with decay={list(decays)} (entry 'params') has.")
         values = {}
         for name, spec in _ATTRIBUTES.items():
             if spec == "float or None":
@@ -774,29 +709,31 @@ def load_model(path):
                 values[name] = None if math.isnan(value) else value
             elif isinstance(spec, str):
                 values[name] = reader.scalar(name, spec)
-        _check_scalars(path, model, values)
+        _check_scalars(path, model, values, decays)
         for name, kind in _STANDARDIZED_SCALARS.items():
             values[name] = reader.scalar(name, kind)
 
         d, d_out, h = values["n_features_in_"], values["n_outputs_"], values["n_heads_"]
-        shapes = {name: spec(d, d_out, h) for name, spec in _ATTRIBUTES.items()
-                  if callable(spec)}
-        shapes.update({name: spec(d, d_out, h) for name, spec in _STANDARDIZED.items()})
+        k = 1 if decays is None else len(decays)
+        shapes = {name: spec(d, d_out, h, k)
+                  for name, spec in {**_ATTRIBUTES, **_STANDARDIZED}.items()
+                  if callable(spec) and (decays is not None or name not in _DECAY_ENTRIES)}
         total = 8 * sum(math.prod(shape) for shape in shapes.values())
         budget = resolve_budget()
         if total > budget:
             raise ValueError(
                 f"{path}: a model with d = {d}, d_out = {d_out} and {h} heads (entries "
-                f"'n_features_in_', 'n_outputs_', 'n_heads_') needs {_gib(total)}, more "
-                f"than the memory budget of {_gib(budget)}."
+                f"'n_features_in_', 'n_outputs_', 'n_heads_') needs {gib(total)}, more "
+                f"than the memory budget of {gib(budget)}."
             )
         for name, shape in shapes.items():
             found, dtype, _, _ = reader.header(name)
             if found != shape or dtype.kind != "f":
+                blocks = "" if decays is None else f", {_decays_text(k)}"
                 raise ValueError(
                     f"{path}: entry {name!r} must be a floating-point array of shape "
-                    f"{shape} (d = {d}, d_out = {d_out}, n_heads_ = {h}); found shape "
-                    f"{found} and dtype {dtype}."
+                    f"{shape} (d = {d}, d_out = {d_out}, n_heads_ = {h}{blocks}); found "
+                    f"shape {found} and dtype {dtype}."
                 )
         for name in shapes:
             array = reader.read(name).astype(np.float64)
@@ -805,12 +742,13 @@ def load_model(path):
             values[name] = array
         recorded = reader.scalar("heads_residual", "float")
 
-    for name, value in values.items():
-        if name in _ATTRIBUTES:
-            setattr(model, name, value)
-    _check_heads_reproduce_coef(path, model, recorded)
+    if decays is not None:
+        _check_head_decays(path, model, values, decays)
+    for name in _ATTRIBUTES:
+        setattr(model, name, values.get(name))  # head_decays_ None without decays
+    _check_heads_reproduce_coef(path, model, recorded, decays)
     _check_terms_match_params(path, model)
-    _restore_standardization(path, model, values)
+    _restore_standardization(path, model, values, decays)
     # Statistics are not stored: partial_fit must refuse rather than restart.
     model._stats = model._scales = None
     return model
