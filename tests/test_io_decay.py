@@ -135,9 +135,11 @@ def test_round_trip_predicts_exactly_alike(tmp_path, decay, kwargs, readout, d_o
         np.testing.assert_allclose(loaded.predict_from_coefficients(X), y, rtol=1e-6,
                                    atol=1e-8)
     # And its heads, run with their decays, compute its coefficients' function.
-    if readout == "last" and not (loaded.fit_intercept or loaded.fit_skip):
+    if not (loaded.fit_intercept or loaded.fit_skip):
         np.testing.assert_allclose(decay_heads_forward(loaded, X).reshape(y.shape),
                                    loaded.predict_from_coefficients(X), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(loaded.predict(X), loaded.predict_from_coefficients(X),
+                               rtol=1e-7, atol=1e-9)
 
 
 def test_one_decay_file_keeps_its_decay_when_saved_again(decay_file, tmp_path):
@@ -190,11 +192,9 @@ def test_save_refuses_a_decay_changed_after_fit(decay_file, tmp_path):
 
 def test_a_search_is_saved_with_the_decays_it_refitted_with(tmp_path):
     X, y = teacher_data()
-    if "decays" in LinearAttentionRegressorCV().get_params():  # candidate decays searched
-        search = LinearAttentionRegressorCV(alphas=[0.0, 1e-3], cv=3, decays=[None, (0.9, 0.5)])
-    else:
-        search = LinearAttentionRegressorCV(alphas=[0.0, 1e-3], cv=3, decay=(0.9, 0.5))
+    search = LinearAttentionRegressorCV(alphas=[0.0, 1e-3], cv=3, decays=[None, (0.9, 0.5)])
     search.fit(X, y)
+    assert search.decay_ == (0.9, 0.5)
     save_model(search, tmp_path / "m.npz")
     loaded = load_model(tmp_path / "m.npz")
     assert type(loaded) is LinearAttentionRegressor
