@@ -288,11 +288,13 @@ def _predict(args):
 def _certify(args):
 
     X, _ = _load_data(args.data, need_y=False)
-    with _stage(args, f"certifying {_describe(X, args.token_dim, args.data_format)}"):
+    n_decays = None if args.decay is None else len(args.decay)
+    what = _describe(X, args.token_dim, args.data_format, n_decays)
+    with _stage(args, f"certifying {what}"):
         cert = package.certify_identifiability(X, readout=args.readout, token_dim=args.token_dim,
                                        data_format=args.data_format, tol=args.tol,
                                        fit_intercept=args.fit_intercept,
-                                       fit_skip=args.fit_skip)
+                                       fit_skip=args.fit_skip, decay=args.decay)
     payload = {
         "identifiable": bool(cert),
         "min_eigenvalue": float(cert.min_eigenvalue),
@@ -541,6 +543,9 @@ def build_parser(prog="sklearn-linattn"):
     certify.add_argument("--check", action="store_true",
                          help=f"exit with status {EXIT_NOT_IDENTIFIABLE} when the data is "
                          "not identifiable")
+    certify.add_argument("--decay", type=float, nargs="+", default=None, metavar="GAMMA",
+                         help="certify the model with these fixed decays in (0, 1], distinct: "
+                              "one block of psi features per decay (default: none)")
     model_options(certify)
     certify.set_defaults(func=_certify)
     return parser

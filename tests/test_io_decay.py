@@ -416,3 +416,17 @@ def test_cli_decay_of_the_wrong_type_exits_2(capsys, argv):
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2 and "--decay" in capsys.readouterr().err
+
+
+def test_cli_certify_with_decays(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(36, 5, 3))  # psi = 18 per decay: 36 rows for two decays
+    np.savez(tmp_path / "data.npz", X=X)
+    assert main(["certify", str(tmp_path / "data.npz"), "--decay", "1.0", "0.5",
+                 "--json", "--check"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["identifiable"] and report["n_features"] == 36
+    np.savez(tmp_path / "fewer.npz", X=X[:35])
+    assert main(["certify", str(tmp_path / "fewer.npz"), "--decay", "1.0", "0.5",
+                 "--json", "--check"]) == 3
+    assert json.loads(capsys.readouterr().out)["rank"] == 35
