@@ -735,12 +735,17 @@ class CompressionJudge:
         """Whether an excess risk (:meth:`excess`) is more than the data's noise explains."""
         return excess > self._allowed()
 
-    def warn_if_material(self, excess, n_heads):
+    def warn_if_material(self, excess, n_heads, per_decay=None):
+        """Warn when an excess risk is material; ``per_decay``: the head count of each decay."""
         if self.is_material(excess):
             ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
             heads = "head" if n_heads == 1 else "heads"
+            what = f"n_heads={n_heads} {heads}"
+            if per_decay is not None:
+                what = (f"{n_heads} {heads} ({', '.join(map(str, per_decay))} per decay, in "
+                        "the order of decay)")
             warnings.warn(
-                f"compressing to n_heads={n_heads} {heads} raises the training error: the "
+                f"compressing to {what} raises the training error: the "
                 f"excess empirical risk is {ratio:.3g} times the risk of the unconstrained "
                 f"fit (more than the {self.noise_fraction:.3g} the data's own noise explains), "
                 f"so {n_heads} {heads} may not be enough to compute the fitted function; "

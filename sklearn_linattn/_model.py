@@ -345,7 +345,8 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         # "auto" only returns a material count when even the SVD's is (it is
         # not: the SVD heads reproduce the coefficients to rounding).
         judge.warn_if_material(judge.excess_of(blocks.coefficients(blocks.groups)),
-                               blocks.n_heads)
+                               blocks.n_heads,
+                               None if st.decays is None else blocks.sizes)
         log(f"compressed to {blocks.n_heads} heads, relative coefficient residual "
             f"{compression_residual:.2e}")
     V, Q, head_decays = blocks.heads()

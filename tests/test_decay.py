@@ -336,3 +336,15 @@ def test_chunked_decayed_fit_equals_the_whole_fit(monkeypatch, route, readout):
                                    atol=1e-9 * np.abs(y_new).max())
     np.testing.assert_allclose(chunked.coef_, whole.coef_, rtol=1e-8,
                                atol=1e-10 * np.abs(whole.coef_).max())
+
+
+def test_a_material_compression_with_decays_names_the_heads_per_decay():
+    V, Q, g = _teacher(seed=12)
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(30, 6, D))  # fewer rows than psi_total = 80: not identified
+    y = mhla_forward(X, V, Q, decays=g)[:, 0]
+    from sklearn.exceptions import ConvergenceWarning
+
+    with pytest.warns(ConvergenceWarning, match=r"compressing to 2 heads \(1, 1 per decay"):
+        model = LinearAttentionRegressor(decay=DECAYS, n_heads=1).fit(X, y)
+    assert model.n_heads_ == 2 and list(model.head_decays_) == [1.0, 0.6]
