@@ -236,20 +236,19 @@ def check_head_decays(decays, n_heads, name="decays"):
     """
     if decays is None:
         return None
-    if np.ndim(decays) == 0:
+    try:
+        arr = np.asarray(decays)
+    except (TypeError, ValueError):  # ragged sequences
+        arr = None
+    if arr is not None and arr.ndim == 0:
         value = decays.item() if isinstance(decays, np.generic) else decays
         return np.full(int(n_heads), check_number(value, name, low=0.0, high=1.0,
                                                   low_open=True))
-    if np.asarray(decays).dtype.kind not in "iuf":
+    if arr is None or arr.dtype.kind not in "iuf":  # bools and strings are not decays
         raise TypeError(
             f"{name} must be None, a real number in (0, 1] or an array of one per head; got "
             f"{decays!r}.")
-    try:
-        arr = np.asarray(decays, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be None, a real number in (0, 1] or an array of one per head; got "
-            f"{decays!r}.") from None
+    arr = arr.astype(np.float64)
     if arr.shape != (int(n_heads),):
         raise ValueError(
             f"{name} must have one decay per head, shape ({int(n_heads)},); got shape "

@@ -348,3 +348,11 @@ def test_a_material_compression_with_decays_names_the_heads_per_decay():
     with pytest.warns(ConvergenceWarning, match=r"compressing to 2 heads \(1, 1 per decay"):
         model = LinearAttentionRegressor(decay=DECAYS, n_heads=1).fit(X, y)
     assert model.n_heads_ == 2 and list(model.head_decays_) == [1.0, 0.6]
+
+
+@pytest.mark.parametrize("decays", [[[1.0], [1.0, 0.5]], [True, True], [0.5, None]])
+def test_head_decays_that_are_not_numbers_are_refused_naming_them(decays):
+    V, Q, _ = _teacher()
+    X = np.random.default_rng(0).normal(size=(3, 4, D))
+    with pytest.raises(TypeError, match="decays must be None, a real number in"):
+        mhla_forward(X, V, Q, decays=decays)
