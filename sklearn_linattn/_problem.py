@@ -132,7 +132,7 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False,
         fits = direct and _rows_bytes(n_rows, d, n_targets, n_blocks) <= ROWS_BUDGET
         return np.dtype(np.float64) if fits else None
     if spec.reads_in_place:  # "cg": its cache
-        return cg_cache_dtype(n_rows, d, memory_budget)
+        return cg_cache_dtype(n_rows, d, memory_budget, n_blocks)
     return np.dtype(np.float64)
 
 

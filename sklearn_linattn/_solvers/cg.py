@@ -198,17 +198,18 @@ class _KroneckerPreconditioner:
         return (self.Ua @ Z @ self.Ub.T).reshape(k, -1).T
 
 
-def cg_cache_dtype(n_rows, d, memory_budget=None):
+def cg_cache_dtype(n_rows, d, memory_budget=None, n_blocks=1):
     """Dtype of the row-factor cache of "cg": float64 or float32 if it fits, else None.
 
-    The cache holds ``n_rows * (P + d + 1)`` values: float64 when they fit in
+    The cache holds ``n_rows * (n_blocks * P + d + 1)`` values (``n_blocks``
+    decays): float64 when they fit in
     1/8 of ``memory_budget`` (None: half the physical memory), else
     float32 when they fit in 1/4 of it.  (d = 64, N = 150 000: 2.6 GB in
     float64, 1.3 GB in float32; with 24 GB of memory the budget is 12 GB and
     the cache float32.)
     """
     budget = resolve_budget(memory_budget)
-    values = n_rows * (n_pairs(d) + d + 1)
+    values = n_rows * (n_blocks * n_pairs(d) + d + 1)
     for dtype, fraction in _CG_CACHE_FRACTION.items():
         if values * dtype.itemsize <= fraction * budget:
             return dtype
@@ -234,7 +235,8 @@ def solve_cg(design, alpha=0.0, options=None):
     options = {} if options is None else options
     cache_dtype = options.get("cache_dtype", "auto")
     if isinstance(cache_dtype, str) and cache_dtype == "auto":
-        cache_dtype = cg_cache_dtype(design.n_rows, design.d, options.get("memory_budget"))
+        cache_dtype = cg_cache_dtype(design.n_rows, design.d, options.get("memory_budget"),
+                                     design.standardizer.n_blocks)
     op = _ImplicitGram(design, cache_dtype=cache_dtype)
     started = time.perf_counter()
     setup = op.setup(options.get("counts"))
