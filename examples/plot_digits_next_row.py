@@ -92,7 +92,7 @@ print(f"alpha chosen: {bare.alpha_:g} (bare), {terms.alpha_:g} (intercept + skip
 # With ``decay=0.5`` the layer's context is ``sum_t 0.5**(r - t) x_t x_t^T``: the current row
 # weighs 1, the previous one 0.5, and so on. That is recency, not order: the layer still cannot
 # single out one lag, but the recent rows dominate.
-decayed = LinearAttentionRegressorCV(readout="all", decay=0.5).fit(X_train, y_train)
+decayed = LinearAttentionRegressorCV(readout="all", decays=[0.5]).fit(X_train, y_train)
 predictions["attention, decay 0.5"] = decayed.predict(X_test)
 print(f"alpha chosen: {decayed.alpha_:g} (decay 0.5)")
 
