@@ -599,7 +599,7 @@ def attention_coefficients(V, Q, *, decays=None, blocks=None):
         Fixed decay of each head, each in (0, 1], as in
         :func:`mhla_forward`; a float is every head's decay.  None is no
         decay: every head has decay 1.
-    blocks : None, float or sequence of float, default=None
+    blocks : None, float or array-like of float, default=None
         The decays of the coefficient blocks, distinct, in the order of the
         blocks (as ``LinearAttentionRegressor(decay=blocks)`` orders
         ``coef_``).  Every head's decay must be among them; a block that no

@@ -119,7 +119,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         an integer is the most heads per decay, ``"auto"`` the fewest per
         decay, judged on the fit of all the groups together; heads are not
         fitted to the data directly.
-    decay : None, float or sequence of float, default=None
+    decay : None, float or array-like of float, default=None
         Fixed decays in (0, 1] (retention with fixed decays): a head of decay
         gamma attends to ``sum_t gamma**(r - t) x_t x_t^T`` at row position
         r, so a token s steps back weighs ``gamma**s`` (for ``readout="last"``

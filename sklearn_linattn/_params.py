@@ -164,7 +164,7 @@ def check_decays(decay, name="decay"):
 
     Parameters
     ----------
-    decay : None, float or sequence of float
+    decay : None, float or array-like of float
         Each in (0, 1].
     name : str, default="decay"
         Name of the argument, used in error messages.

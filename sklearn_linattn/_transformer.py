@@ -53,7 +53,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     include_skip : bool, default=False
         Prepend the last token's d coordinates (after the constant): the skip
         term of ``LinearAttentionRegressor(fit_skip=True)``.
-    decay : None, float or sequence of float, default=None
+    decay : None, float or array-like of float, default=None
         Fixed decays in (0, 1], as ``LinearAttentionRegressor(decay=...)``:
         one block of psi features per decay, side by side in the order
         given, block b built from ``S = sum_t gamma_b**(r - t) x_t x_t^T``

@@ -68,7 +68,7 @@ class MultiHeadLinearAttention(torch.nn.Module):
         (batch, d_out).  ``"all"``: the output at every position, shape
         (batch, n_tokens, d_out), zero at positions a mask pads and NaN at
         NaN-padded positions.
-    decay : float, sequence of n_heads floats or None, default=None
+    decay : float, array-like of shape (n_heads,) or None, default=None
         Fixed decay of each head, in (0, 1] (one float: every head's; 1 is no
         decay).  Distances count real tokens only: with ``readout="last"``
         the token s of a sequence whose last real token is n weighs

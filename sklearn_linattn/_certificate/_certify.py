@@ -74,7 +74,7 @@ def certify_identifiability(
         token, as ``LinearAttentionRegressor(fit_intercept=..., fit_skip=...)``
         fits it: the certificate then also needs the term columns to be
         separable from attention (``term_min_eigenvalue``).
-    decay : None, float or sequence of float, default=None
+    decay : None, float or array-like of float, default=None
         Fixed decays, as ``LinearAttentionRegressor(decay=...)``: the rows
         are the features of every decay's block side by side, and the
         certificate speaks about the model with those decays (one group of
