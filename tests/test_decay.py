@@ -356,3 +356,26 @@ def test_head_decays_that_are_not_numbers_are_refused_naming_them(decays):
     X = np.random.default_rng(0).normal(size=(3, 4, D))
     with pytest.raises(TypeError, match="decays must be None, a real number in"):
         mhla_forward(X, V, Q, decays=decays)
+
+
+@pytest.mark.parametrize("d", [1, 2, 5])
+def test_the_statistics_of_decayed_blocks_are_those_of_the_features(d):
+    """Phi^T W Phi and Phi^T W y from the compact statistics equal those of the feature rows."""
+    from sklearn_linattn._solvers import SufficientStatistics
+    from sklearn_linattn._standardize import TokenStandardizer
+
+    rng = np.random.default_rng(d)
+    X, lengths = _padded(rng, 200, 6, d)
+    y = rng.normal(size=(200, 2))
+    w = rng.uniform(0.5, 2.0, size=200)
+    decays = (1.0, 0.7, 0.2)
+    st = TokenStandardizer.identity(d, 2, decays)
+    stats = SufficientStatistics(d, 2, standardizer=st).update(X, lengths, y, sample_weight=w)
+    H = ref_decayed_features(X, lengths, decays)
+    np.testing.assert_allclose(stats.gram, (H * w[:, None]).T @ H, rtol=1e-12,
+                               atol=1e-12 * np.abs(H).max() ** 2)
+    np.testing.assert_allclose(stats.moment, (H * w[:, None]).T @ y, rtol=1e-12,
+                               atol=1e-12 * np.abs(H).max())
+    sub = stats.blocks([2, 0], (0.2, 1.0))
+    cols = np.r_[2 * H.shape[1] // 3:H.shape[1], 0:H.shape[1] // 3]
+    np.testing.assert_allclose(sub.gram, stats.gram[np.ix_(cols, cols)], rtol=0, atol=0)

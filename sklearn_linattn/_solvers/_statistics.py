@@ -379,9 +379,16 @@ class SufficientStatistics(RowCounts):
     @property
     def gram(self):
         """The full Gram matrix ``Phi^T W Phi``, shape (psi, psi), as a new array."""
-        P = self.standardizer.n_moments
-        ip, idd = pair_index_matrix(P), pair_index_matrix(self.d)
-        G = self._compact[ip[:, None, :, None], idd[None, :, None, :]]
+        P, d = self.standardizer.n_moments, self.d
+        # Each stored row (p, q) holds the symmetric d x d block G[(p, .), (q, .)]:
+        # unfolded once, then written to the blocks (p, q) and (q, p) whole
+        # (contiguous d x d copies instead of a gather of every entry).
+        blocks = self._compact[:, pair_index_matrix(d).ravel()].reshape(-1, d, d)
+        G = np.empty((P, d, P, d))
+        jp, kp = pair_indices(P)
+        by_block = G.transpose(0, 2, 1, 3)  # (p, q, l, m), a view
+        by_block[jp, kp] = blocks
+        by_block[kp, jp] = blocks  # the blocks are symmetric: (q, p) is (p, q)
         return G.reshape(self.n_features, self.n_features)
 
     def _set_gram(self, value):
