@@ -27,7 +27,7 @@ import numpy as np
 from ._attention import mhla_forward
 from ._memory import default_memory_budget, real_tokens
 from ._validation import check_readout
-from ._params import check_number, check_option, validate_random_state
+from ._params import check_head_decays, check_number, check_option, validate_random_state
 from .programs import run_dfa
 
 __all__ = [
@@ -118,6 +118,7 @@ def make_random_mhla(
     variable_length=False,
     weight_scale=None,
     token_scale=None,
+    decays=None,
     random_state=None,
     return_params=False,
 ):
@@ -160,6 +161,11 @@ def make_random_mhla(
         Standard deviation of the i.i.d. Gaussian entries of the tokens.  None
         means ``1 / sqrt(n_tokens)`` (entries N(0, 1/T), as in the paper; with
         ``variable_length`` T is the padded length ``n_tokens``).
+    decays : None, float or array-like of shape (n_heads,), default=None
+        Fixed decay of each head of the teacher, in (0, 1] (retention, as
+        :func:`~sklearn_linattn.mhla_forward` reads it); None: no decay.  The
+        teacher is then learned by ``LinearAttentionRegressor(decay=...)``
+        with its distinct decays.
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds the weights, tokens, lengths and noise.
     return_params : bool, default=False
@@ -180,11 +186,13 @@ def make_random_mhla(
         - ``"V"``: ndarray of shape (n_heads, d_out, d), the value matrices;
         - ``"Q"``: ndarray of shape (n_heads, d, d), the key-query matrices;
         - ``"lengths"``: ndarray of shape (n_samples,), int64, the number of
-          real tokens of each sequence.
+          real tokens of each sequence;
+        - ``"decays"``: ndarray of shape (n_heads,), the decay of each head,
+          or None without ``decays``.
 
         Without noise, ``y`` equals ``mhla_forward(X0, V, Q, lengths,
-        readout=readout)`` (with its output axis dropped when ``d_out == 1``),
-        where ``X0`` is ``X`` with NaN replaced by 0.
+        readout=readout, decays=decays)`` (with its output axis dropped when
+        ``d_out == 1``), where ``X0`` is ``X`` with NaN replaced by 0.
 
     See Also
     --------
@@ -228,6 +236,14 @@ def make_random_mhla(
     array([4, 3, 2, 0])
     >>> y.shape
     (4,)
+
+    A teacher with one head of decay 1 and one of decay 0.5, learned back:
+
+    >>> from sklearn_linattn import LinearAttentionRegressor
+    >>> X, y = make_random_mhla(200, 6, 2, n_heads=2, decays=[1.0, 0.5], random_state=0)
+    >>> model = LinearAttentionRegressor(decay=(1.0, 0.5), n_heads="auto").fit(X, y)
+    >>> model.head_decays_.tolist()
+    [1.0, 0.5]
     """
     n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
     n_tokens = check_number(n_tokens, "n_tokens", integer=True, low=1)
@@ -240,6 +256,7 @@ def make_random_mhla(
     weight_scale = check_number(weight_scale, "weight_scale", low=0.0, low_open=True, allow_none=True)
     token_scale = check_number(token_scale, "token_scale", low=0.0, low_open=True, allow_none=True)
     return_params = _check_bool(return_params, "return_params")
+    decays = check_head_decays(decays, n_heads)
     rng = validate_random_state(random_state)
     rows = n_tokens if readout == "all" else 1
     _check_output_size(n_samples * (n_tokens * d + rows * d_out),
@@ -258,13 +275,13 @@ def make_random_mhla(
         lengths = rng.randint(bounds[0], bounds[1] + 1, size=n_samples).astype(np.int64)
     padded = ~real_tokens(lengths, n_tokens)
     X[padded] = 0.0  # zero tokens add nothing to the attention sums
-    y = mhla_forward(X, V, Q, lengths, readout=readout)
+    y = mhla_forward(X, V, Q, lengths, readout=readout, decays=decays)
     if noise > 0:
         y = y + noise * rng.standard_normal(y.shape)  # NaN stays NaN
     X[padded] = np.nan
     y = _squeeze_output(y)
     if return_params:
-        return X, y, {"V": V, "Q": Q, "lengths": lengths}
+        return X, y, {"V": V, "Q": Q, "lengths": lengths, "decays": decays}
     return X, y
 
 

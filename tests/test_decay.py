@@ -379,3 +379,20 @@ def test_the_statistics_of_decayed_blocks_are_those_of_the_features(d):
     sub = stats.blocks([2, 0], (0.2, 1.0))
     cols = np.r_[2 * H.shape[1] // 3:H.shape[1], 0:H.shape[1] // 3]
     np.testing.assert_allclose(sub.gram, stats.gram[np.ix_(cols, cols)], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_random_teachers_with_decays_are_labelled_and_learned_back(readout):
+    from sklearn_linattn.datasets import make_random_mhla
+
+    X, y, params = make_random_mhla(300, 7, 3, n_heads=3, decays=[1.0, 0.5, 0.5],
+                                    readout=readout, variable_length=(2, 7), random_state=0,
+                                    return_params=True)
+    np.testing.assert_array_equal(params["decays"], [1.0, 0.5, 0.5])
+    expected = mhla_forward(X, params["V"], params["Q"], readout=readout,
+                            decays=params["decays"])[..., 0]
+    np.testing.assert_allclose(y, expected, rtol=1e-13, atol=1e-15)
+    model = LinearAttentionRegressor(readout=readout, decay=(1.0, 0.5), n_heads="auto").fit(X, y)
+    assert model.n_heads_ == 3 and sorted(model.head_decays_) == [0.5, 0.5, 1.0]
+    with pytest.raises(ValueError, match="decays must have one decay per head"):
+        make_random_mhla(10, 4, 2, n_heads=2, decays=[1.0, 0.5, 0.2])
