@@ -7,6 +7,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._attention import mhla_forward, mhla_generate
 from ._memory import real_tokens
+from ._standardize import SAFE_EXPONENT, scale_per_sample
 from ._validation import (
     check_data_format,
     check_sample_weight,
@@ -54,9 +55,14 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
                                readout=self.readout, decays=self._head_decays())
         else:
             st = self.standardization_
-            Xs = st.transform(X)
+            # Each standardized sequence scaled by a power of two 2**-f (its
+            # outputs by 2**(3 f), exactly), put back with the targets' scale
+            # in one step: inputs far from the training data's magnitude have
+            # standardized outputs beyond float64 whose user units are not.
+            Xs, f = scale_per_sample(st.transform(X), safe=SAFE_EXPONENT)
             out = st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout,
-                                                  decays=self._head_decays()))
+                                                  decays=self._head_decays()),
+                                     sample_exponents=3 * f)
         return self._add_terms(out, X, lengths)
 
     def _head_decays(self):

@@ -802,8 +802,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             Xc, f = scale_per_sample(st.transform(X[sl]), safe=SAFE_EXPONENT)
             S, x, sample = row_factors(Xc, lengths[sl], self.readout, st.decays)
             S = st.scale_moments(S)
-            out = st.outputs_to_user(np.ldexp(features_matvec(S, x, coef),
-                                              3 * f[sample, None]))
+            out = st.outputs_to_user(features_matvec(S, x, coef),
+                                     sample_exponents=3 * f[sample])
             if self.readout == "last":
                 Y[sl] = out
             else:

@@ -76,12 +76,24 @@ class UnitMaps:
     (``folded``, ``from_folded``, ``pair_weights``) these maps use.
     """
 
-    def outputs_to_user(self, Y):
-        """Outputs (..., d_out) of a model fitted on standardized targets, in the user's units."""
+    def outputs_to_user(self, Y, sample_exponents=None):
+        """Outputs (n, ..., d_out) of a model fitted on standardized targets, in the user's units.
+
+        ``sample_exponents`` (n,): outputs computed on sequences scaled by
+        powers of two, ``Y[i] * 2**sample_exponents[i]`` in standardized
+        units; applied with the targets' exponents in one exact step, so that
+        an output float64 holds in the user's units is never lost to an
+        intermediate overflow or underflow.
+        """
         Y = np.asarray(Y, dtype=np.float64)
-        if self.y_exponents is None or not self.y_exponents.any():
+        shift = np.zeros(Y.shape[-1:], dtype=np.int64) if self.y_exponents is None else (
+            self.y_exponents)
+        if sample_exponents is not None:
+            shift = shift + np.asarray(sample_exponents, dtype=np.int64).reshape(
+                (-1,) + (1,) * (Y.ndim - 1))
+        if not np.any(shift):
             return Y
-        return _check_finite(_ldexp(Y, self.y_exponents), "The outputs")
+        return _check_finite(_ldexp(Y, shift), "The outputs")
 
 
     def _feature_exponents(self):

@@ -279,3 +279,25 @@ def test_ridge_is_unit_free(solver):
         assert _rel(_fit(solver, X @ M, y, alpha=alpha).predict(X_new @ M), base) <= 1e-8
         # The penalty is felt: far from the least-squares fit at alpha = 10.
         assert alpha < 1 or _rel(base, _fit(solver, X, y).predict(X_new)) > 0.1
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("decay", [None, (1.0, 0.5)])
+@pytest.mark.parametrize("train, test", [(1e50, 1e-60), (1e-50, 1e60), (1e20, 1e-85)])
+def test_predictions_far_from_the_training_scale_are_exact(readout, decay, train, test):
+    """Inputs whose outputs float64 holds but whose standardized outputs it does not (far
+    smaller or larger than the training data) are predicted to rounding, not as 0 or an
+    overflow error."""
+    from sklearn_linattn import mhla_forward
+
+    rng = np.random.default_rng(0)
+    V, Q = rng.normal(size=(2, 1, 2)), rng.normal(size=(2, 2, 2))
+    g = None if decay is None else list(decay)
+    X = train * rng.normal(size=(300, 5, 2))
+    y = mhla_forward(X, V, Q, readout=readout, decays=g)[..., 0]
+    model = LinearAttentionRegressor(readout=readout, decay=decay).fit(X, y)
+    X_new = test * rng.normal(size=(3, 6, 2))
+    truth = mhla_forward(X_new, V, Q, readout=readout, decays=g)[..., 0]
+    assert model.certificate_.covers(X_new).all()
+    for pred in (model.predict(X_new), model.predict_from_coefficients(X_new)):
+        np.testing.assert_allclose(pred, truth, rtol=1e-10, atol=0)
