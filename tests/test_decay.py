@@ -396,3 +396,22 @@ def test_random_teachers_with_decays_are_labelled_and_learned_back(readout):
     assert model.n_heads_ == 3 and sorted(model.head_decays_) == [0.5, 0.5, 1.0]
     with pytest.raises(ValueError, match="decays must have one decay per head"):
         make_random_mhla(10, 4, 2, n_heads=2, decays=[1.0, 0.5, 0.2])
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("n_tokens, decays", [(2, (1.0, 0.5)), (3, (1.0, 0.7, 0.3))])
+def test_the_witness_of_short_sequences_agrees_on_them(readout, n_tokens, decays):
+    """Training sequences too short to tell the decays apart: the witness's candidates are
+    longer, so its two models agree on the training data and differ on its input."""
+    X = np.random.default_rng(0).normal(size=(100, n_tokens, 2))
+    cert = certify_identifiability(X, decay=decays, readout=readout)
+    assert not cert
+    w = cert.witness(random_state=0)
+    (Va, Qa), (Vb, Qb) = w.model_a, w.model_b
+    ya = mhla_forward(X, Va, Qa, readout=readout, decays=w.decays_a)
+    yb = mhla_forward(X, Vb, Qb, readout=readout, decays=w.decays_b)
+    assert np.nanmax(np.abs(ya - yb)) <= 1e-10 * np.nanmax(np.abs(ya))
+    assert w.input.shape[0] > len(decays)
+    Z = w.input[None]
+    za, zb = mhla_forward(Z, Va, Qa, decays=w.decays_a), mhla_forward(Z, Vb, Qb, decays=w.decays_b)
+    assert np.abs(za - zb).max() > 0.1 * np.abs(za).max()

@@ -14,6 +14,26 @@ __all__ = ["Witness", "make_term_witness", "make_witness"]
 # Random candidate inputs tried by ``make_witness``; the one whose features
 # stick out of the training span the most (relative to their norm) is returned.
 _WITNESS_CANDIDATES = 16
+# Candidate lengths tried (each twice the last) before giving up.
+_WITNESS_LENGTHS = 4
+
+
+def _candidate_length(layout, d, standardizer):
+    """Length of the first candidate inputs: the training length, at least 2.
+
+    One token reaches only symmetric monomials; with K decays the blocks
+    differ only through K distinct distances, so candidates have at least
+    K + 1 tokens.
+    """
+    return max(layout.n_tokens or d + 1, 2, standardizer.n_blocks + 1)
+
+
+def _leaves_the_span(row_space, h, null_norm, h_norm):
+    """Whether a candidate's feature row is outside the training span (not covered)."""
+    if row_space.resolves_null_space:
+        return not bool(row_space.coverage(h[None, None, :])[0][0, 0])
+    # One null vector: its component must stand above the rounding of the row.
+    return null_norm > np.sqrt(row_space.n_features * np.finfo(np.float64).eps) * h_norm
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -104,20 +124,30 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
         The fit's intercept and skip columns; both models keep them.
     """
     rng = validate_random_state(random_state)
-    n_tokens = max(layout.n_tokens or d + 1, 2)  # one token reaches only symmetric monomials
-    Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
-    lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
-    h = standardizer.scale_features(attention_features(Z, lengths, standardizer.decays))
-    # At the training scale (||H|| ~ RMS training row) the candidates' null
-    # components compare with the coverage rule's allowance.
+    n_tokens = _candidate_length(layout, d, standardizer)
     rms_row = np.sqrt(row_space.trace)
-    h_norm = np.linalg.norm(h, axis=1)
-    if rms_row > 0:
-        factor = (rms_row / h_norm) ** (1.0 / 3.0)
-        Z *= factor[:, None, None]
-        h *= (factor**3)[:, None]
+    for _ in range(_WITNESS_LENGTHS):
+        Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
+        lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
+        h = standardizer.scale_features(attention_features(Z, lengths, standardizer.decays))
+        # At the training scale (||H|| ~ RMS training row) the candidates' null
+        # components compare with the coverage rule's allowance.
         h_norm = np.linalg.norm(h, axis=1)
-    best, w, n_best = row_space.witness_direction(h, h_norm)
+        if rms_row > 0:
+            factor = (rms_row / h_norm) ** (1.0 / 3.0)
+            Z *= factor[:, None, None]
+            h *= (factor**3)[:, None]
+            h_norm = np.linalg.norm(h, axis=1)
+        best, w, n_best = row_space.witness_direction(h, h_norm)
+        if _leaves_the_span(row_space, h[best], n_best, h_norm[best]):
+            break
+        # Every candidate of this length lies in the training span (to rounding):
+        # longer sequences reach more of the feature space.
+        n_tokens *= 2
+    else:
+        raise ValueError(
+            f"witness() found no input of up to {n_tokens // 2} tokens outside the training "
+            "span among its random candidates; try another random_state.")
     Z, h_best = Z[best], h_norm[best]
 
     if coef is None:
@@ -163,7 +193,7 @@ def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_s
     """
     rng = validate_random_state(random_state)
     st = standardizer
-    n_tokens = max(layout.n_tokens or d + 1, 2)
+    n_tokens = _candidate_length(layout, d, st)
     Z = rng.standard_normal((_WITNESS_CANDIDATES, n_tokens, d))
     lengths = np.full(_WITNESS_CANDIDATES, n_tokens)
     h = st.scale_features(attention_features(Z, lengths, st.decays))
