@@ -83,7 +83,11 @@ def check_number(
         # ones); as a real number one must fit in float64.
         ok = integer or abs(value) <= sys.float_info.max
     else:
-        ok = bool(np.isfinite(value))
+        # Any real (fractions.Fraction too) as the float it is used as.
+        try:
+            ok = bool(np.isfinite(float(value)))
+        except OverflowError:
+            ok = False
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:

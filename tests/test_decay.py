@@ -415,3 +415,16 @@ def test_the_witness_of_short_sequences_agrees_on_them(readout, n_tokens, decays
     Z = w.input[None]
     za, zb = mhla_forward(Z, Va, Qa, decays=w.decays_a), mhla_forward(Z, Vb, Qb, decays=w.decays_b)
     assert np.abs(za - zb).max() > 0.1 * np.abs(za).max()
+
+
+def test_fractions_are_real_numbers_for_every_numeric_parameter():
+    from fractions import Fraction
+
+    V, Q, g = _teacher(seed=13)
+    X = np.random.default_rng(13).normal(size=(200, 5, D))
+    y = mhla_forward(X, V, Q, decays=[0.5, 0.5])[:, 0]
+    exact = LinearAttentionRegressor(decay=0.5, alpha=1e-3).fit(X, y)
+    fractions = LinearAttentionRegressor(decay=Fraction(1, 2), alpha=Fraction(1, 1000)).fit(X, y)
+    np.testing.assert_array_equal(fractions.predict(X), exact.predict(X))
+    with pytest.raises(ValueError, match="alpha must be a real number >= 0"):
+        LinearAttentionRegressor(alpha=Fraction(10**400)).fit(X, y)
