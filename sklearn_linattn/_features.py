@@ -483,10 +483,12 @@ def feature_names(d, input_features=None, decays=None):
     ['S@1[x0,x0]*last[x0]', 'S@0.5[x0,x0]*last[x0]']
     """
     if decays is not None:
+        # Each decay as its shortest exact decimal: distinct decays, distinct names.
+        labels = [np.format_float_positional(g, trim="-") for g in decays]
+        base = feature_names(d, input_features)
         return np.concatenate([
-            np.asarray([name.replace("S[", f"S@{g:g}[", 1)
-                        for name in feature_names(d, input_features)], dtype=object)
-            for g in decays])
+            np.asarray([name.replace("S[", f"S@{label}[", 1) for name in base], dtype=object)
+            for label in labels])
     if input_features is None:
         input_features = [f"x{i}" for i in range(d)]
     names = np.asarray(input_features, dtype=object)

@@ -428,3 +428,10 @@ def test_fractions_are_real_numbers_for_every_numeric_parameter():
     np.testing.assert_array_equal(fractions.predict(X), exact.predict(X))
     with pytest.raises(ValueError, match="alpha must be a real number >= 0"):
         LinearAttentionRegressor(alpha=Fraction(10**400)).fit(X, y)
+
+
+def test_feature_names_of_near_decays_differ():
+    names = LinearAttentionFeatures(decay=(0.5, 0.5000000001, 1 - 1e-12)).fit(
+        np.zeros((1, 2, 2))).get_feature_names_out()
+    assert len(set(names)) == len(names) == 3 * 6
+    assert names[6].startswith("S@0.5000000001[") and names[12].startswith("S@0.999999999999[")
