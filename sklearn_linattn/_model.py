@@ -285,8 +285,11 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     auto = isinstance(n_heads, str)  # "auto", validated by the caller
     # With decays, every block's group of heads is compressed on its own (to at
     # most n_heads), judged on the coefficients of all the groups together.
+    # With decays, "auto" may also drop a decay's group whole (a block the data
+    # leave at rounding level), so every group with a head is tried.
+    fewest = 0 if auto and st.decays is not None else 1
     to_compress = [b for b, size in enumerate(blocks.sizes)
-                   if (size > 1 if auto else n_heads is not None and size > n_heads)]
+                   if (size > fewest if auto else n_heads is not None and size > n_heads)]
     if auto and not to_compress:
         # Nothing fewer to try: the SVD heads, whose residual is rounding.
         compression_residual = blocks.gap(blocks.groups)
@@ -335,7 +338,18 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
                 Vb, Qb = blocks.groups[b]
                 svd = _Heads(Vb, Qb, blocks.gap(blocks.groups),
                              judge.excess_of(blocks.coefficients(blocks.groups)), None)
-                chosen = _fewest_heads(blocks.sizes[b], heads, judge.is_material, svd, log)
+                chosen = None
+                if fewest == 0:
+                    empty = blocks.replaced(b, Vb[:0], Qb[:0])
+                    none = _Heads(Vb[:0], Qb[:0], blocks.gap(empty),
+                                  judge.excess_of(blocks.coefficients(empty)), None)
+                    if not judge.is_material(none.excess):
+                        chosen = none
+                        log(f"n_heads='auto': no head of decay {st.decays[b]:g} (excess risk "
+                            f"{none.excess:.3g})")
+                if chosen is None:
+                    chosen = (svd if blocks.sizes[b] == 1 else
+                              _fewest_heads(blocks.sizes[b], heads, judge.is_material, svd, log))
             else:
                 chosen = heads(n_heads)
             blocks.groups = blocks.replaced(b, chosen.V, chosen.Q)

@@ -435,3 +435,18 @@ def test_feature_names_of_near_decays_differ():
         np.zeros((1, 2, 2))).get_feature_names_out()
     assert len(set(names)) == len(names) == 3 * 6
     assert names[6].startswith("S@0.5000000001[") and names[12].startswith("S@0.999999999999[")
+
+
+def test_auto_drops_a_decay_the_data_do_not_use():
+    """A teacher of decay 0.5 only, fitted with decays (1, 0.5): the block of decay 1 is
+    rounding, and n_heads="auto" keeps no head of it."""
+    rng = np.random.default_rng(14)
+    V, Q = rng.normal(size=(1, 1, D)), rng.normal(size=(1, D, D))
+    X = rng.normal(size=(300, 5, D))
+    y = mhla_forward(X, V, Q, decays=[0.5])[:, 0]
+    model = LinearAttentionRegressor(decay=(1.0, 0.5), n_heads="auto").fit(X, y)
+    assert model.n_heads_ == 1 and list(model.head_decays_) == [0.5]
+    X_new = 3.0 * rng.normal(size=(10, 9, D))
+    y_new = mhla_forward(X_new, V, Q, decays=[0.5])[:, 0]
+    np.testing.assert_allclose(model.predict(X_new), y_new, rtol=1e-9,
+                               atol=1e-9 * np.abs(y_new).max())
