@@ -37,6 +37,11 @@ def _check_coef(coef, d):
         # Name the token dimension that would fit, when one does.
         fits = [k for k in range(1, 200) if n_attention_features(k) == coef.shape[1]]
         hint = f" (coef fits d={fits[0]})" if fits else ""
+        if coef.shape[1] % psi == 0:
+            # The coefficients of a model with decays: one block of psi per decay.
+            hint = (f"{hint}; {coef.shape[1] // psi} blocks of psi = {psi} columns are the "
+                    "coefficients of a model with that many decays: split them, "
+                    f"coef[:, b * {psi}:(b + 1) * {psi}] for decay b")
         raise ValueError(
             f"coef and d do not match: d={d} needs psi = d*d*(d+1)/2 = {psi} columns, "
             f"but coef has shape {coef.shape}{hint}."

@@ -450,3 +450,13 @@ def test_auto_drops_a_decay_the_data_do_not_use():
     y_new = mhla_forward(X_new, V, Q, decays=[0.5])[:, 0]
     np.testing.assert_allclose(model.predict(X_new), y_new, rtol=1e-9,
                                atol=1e-9 * np.abs(y_new).max())
+
+
+def test_the_coefficients_of_a_decayed_model_are_named_as_blocks_when_misread():
+    from sklearn_linattn import heads_from_coefficients
+
+    X = np.random.default_rng(15).normal(size=(100, 4, 2))
+    model = LinearAttentionRegressor(decay=(1.0, 0.7, 0.3)).fit(X, X[:, -1, 0] ** 3)
+    with pytest.raises(ValueError, match=r"3 blocks of psi = 6 columns are the coefficients "
+                                         r"of a model with that many decays"):
+        heads_from_coefficients(model.coef_, 2)
