@@ -117,6 +117,16 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         return LinearTerms.checked(d, self.include_bias, self.include_skip,
                                    ("include_bias", "include_skip"))
 
+    def _decays(self):
+        """The decays ``fit`` used: ``n_features_out_`` and the names are theirs."""
+        decays = check_decays(self.decay)
+        fitted = getattr(self, "_fitted_decays", decays)
+        if decays != fitted:
+            raise ValueError(
+                f"decay={self.decay!r} was set after fit, which gave n_features_out_="
+                f"{self.n_features_out_} for decay={fitted!r}; call fit again.")
+        return decays
+
     def _layout(self):
         return {"token_dim": self.token_dim, "data_format": check_data_format(self.data_format)}
 
@@ -152,6 +162,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         check_layout(X.shape, readout=self.readout, n_rows=n_rows, solve=False,
                      **self._layout())
         self.n_features_in_ = X.shape[2]
+        self._fitted_decays = decays
         self.n_features_out_ = ((1 if decays is None else len(decays))
                                 * n_attention_features(X.shape[2])
                                 + self._terms(X.shape[2]).n_terms)
@@ -199,7 +210,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         X, lengths = check_sequences(X, n_features_in=self.n_features_in_, **self._layout())
         X = np.asarray(X, dtype=np.float64)
         terms = self._terms(X.shape[2])
-        decays = check_decays(self.decay)
+        decays = self._decays()
         if self.readout == "last":
             H = attention_features(X, lengths, decays)
             return np.hstack([terms.columns(X, lengths, "last"), H]) if terms else H
@@ -239,7 +250,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
                 f"input_features must name the {self.n_features_in_} token coordinates; "
                 f"got {len(input_features)} names."
             )
-        names = feature_names(self.n_features_in_, input_features, check_decays(self.decay))
+        names = feature_names(self.n_features_in_, input_features, self._decays())
         terms = self._terms(self.n_features_in_)
         if not terms:
             return names

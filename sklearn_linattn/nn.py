@@ -156,6 +156,13 @@ class MultiHeadLinearAttention(torch.nn.Module):
         # A buffer: it follows .to(device, dtype) and state_dict, and no optimizer trains it.
         self.register_buffer(
             "decay", None if decay is None else torch.as_tensor(decay, **kw))
+        if self.decay is not None and not bool((self.decay > 0).all()):
+            # A decay below the dtype's smallest number would be stored as 0, outside (0, 1].
+            raise ValueError(
+                f"decay must be representable in {dtype} (in (0, 1] after the cast); got "
+                f"{decay.tolist()!r}, whose smallest value rounds to 0 in {dtype}. Use "
+                "torch.float64, or a decay of at least "
+                f"{torch.finfo(dtype).tiny:.3g}.")
         self.reset_parameters()
 
     def reset_parameters(self):

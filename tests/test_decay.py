@@ -460,3 +460,14 @@ def test_the_coefficients_of_a_decayed_model_are_named_as_blocks_when_misread():
     with pytest.raises(ValueError, match=r"3 blocks of psi = 6 columns are the coefficients "
                                          r"of a model with that many decays"):
         heads_from_coefficients(model.coef_, 2)
+
+
+def test_the_transformer_refuses_a_decay_set_after_fit():
+    X = np.random.default_rng(16).normal(size=(5, 4, 2))
+    feats = LinearAttentionFeatures(decay=0.5).fit(X)
+    feats.set_params(decay=(1.0, 0.5))
+    with pytest.raises(ValueError, match=r"decay=\(1.0, 0.5\) was set after fit"):
+        feats.transform(X)
+    with pytest.raises(ValueError, match="call fit again"):
+        feats.get_feature_names_out()
+    assert feats.fit(X).transform(X).shape == (5, feats.n_features_out_) == (5, 12)

@@ -428,3 +428,11 @@ def test_attention_heads_without_decays_keeps_working():
     from sklearn_linattn.nn import AttentionHeads
     heads = AttentionHeads(np.ones((1, 1, 2)), np.eye(2)[None], None, None, "last")
     assert heads.decays is None and heads._fields[-1] == "decays"
+
+
+def test_a_decay_float32_cannot_hold_is_refused_at_construction():
+    with pytest.raises(ValueError, match=r"decay must be representable in torch.float32 .*"
+                                         r"\[1.0, 1e-60\]"):
+        MultiHeadLinearAttention(2, n_heads=2, decay=[1.0, 1e-60], dtype=torch.float32)
+    layer = MultiHeadLinearAttention(2, n_heads=2, decay=[1.0, 1e-60], dtype=torch.float64)
+    assert float(layer.decay[1]) == 1e-60
