@@ -38,6 +38,7 @@ from scipy.stats import rankdata
 from sklearn.model_selection import check_cv
 from sklearn.utils.metaestimators import available_if
 
+from ._attention import decay_blocks
 from ._dask import is_dask_collection
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
@@ -377,12 +378,7 @@ def _union_of(candidates):
     """The decays of every candidate's blocks, in order of first appearance (None: plain only)."""
     if all(c is None for c in candidates):
         return None
-    union = []
-    for c in candidates:
-        for g in ((1.0,) if c is None else c):
-            if g not in union:
-                union.append(g)
-    return tuple(union)
+    return decay_blocks(*candidates)  # None counts as decay 1
 
 
 def _candidate_problem(problem, union, candidate):

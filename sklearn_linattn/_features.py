@@ -130,7 +130,7 @@ def _decayed_last_moments(X, lengths, decay):
     return folded_second_moments(X * root[:, :, None])
 
 
-def decayed_moments(X, lengths, decays=None):
+def decayed_moments(X, lengths, decays=None, plain=None):
     """The row moments of readout "last": the folded (decayed) moment of each block side by side.
 
     Parameters
@@ -140,6 +140,9 @@ def decayed_moments(X, lengths, decays=None):
     lengths : ndarray of shape (n_samples,)
     decays : tuple of float or None
         None: the plain moments ``sum_t x_t x_t^T``.
+    plain : ndarray of shape (n_samples, P) or None, default=None
+        The plain folded moments of X when computed already (the block of
+        decay 1).
 
     Returns
     -------
@@ -153,10 +156,12 @@ def decayed_moments(X, lengths, decays=None):
     >>> decayed_moments(X, np.array([2]), (1.0, 0.5))  # 1 + 4, then 0.5 * 1 + 4
     array([[5. , 4.5]])
     """
+    if decays is None or 1.0 in decays:
+        plain = folded_second_moments(X) if plain is None else plain
     if decays is None:
-        return folded_second_moments(X)
-    return np.concatenate([folded_second_moments(X) if g == 1.0
-                           else _decayed_last_moments(X, lengths, g) for g in decays], axis=1)
+        return plain
+    return np.concatenate([plain if g == 1.0 else _decayed_last_moments(X, lengths, g)
+                           for g in decays], axis=1)
 
 
 def last_tokens(X, lengths):

@@ -21,7 +21,8 @@ from ._units import max_exponent
 from ._validation import as_real_array
 from ._params import check_number, validate_random_state
 
-__all__ = ["CompressionJudge", "block_heads", "compress_heads", "heads_from_coefficients"]
+__all__ = ["CompressionJudge", "block_heads", "compress_heads", "heads_from_coefficients",
+           "joined_heads"]
 
 def _check_coef(coef, d):
     """Validated float64 coefficients of shape (d_out, psi) and the int d."""
@@ -55,6 +56,30 @@ def _coefficient_matrix(coef, d):
     return unfold_coefficients(coef, d).reshape(d_out * d, d * d)
 
 
+def joined_heads(groups, decays):
+    """Heads of several groups side by side, and the decay of each.
+
+    Parameters
+    ----------
+    groups : list of (V, Q)
+        The heads of each feature block, in block order.
+    decays : tuple of float or None
+        The blocks' decays (None: one group, no decays).
+
+    Returns
+    -------
+    V, Q : ndarray
+        Every group's heads, group by group.
+    head_decays : ndarray of shape (n_heads,) or None
+        The decay of each head (None without decays).
+    """
+    V = np.concatenate([V for V, _ in groups])
+    Q = np.concatenate([Q for _, Q in groups])
+    if decays is None:
+        return V, Q, None
+    return V, Q, np.repeat(np.asarray(decays, dtype=np.float64), [V.shape[0] for V, _ in groups])
+
+
 def block_heads(folded, d, decays):
     """The SVD heads of every feature block side by side, and the decay of each head.
 
@@ -68,17 +93,12 @@ def block_heads(folded, d, decays):
 
     Returns
     -------
-    V, Q : ndarray
-        The heads (:func:`heads_from_coefficients`), block by block.
-    head_decays : ndarray of shape (n_heads,) or None
-        The decay of each head (None without decays).
+    V, Q, head_decays
+        As :func:`joined_heads`, of the heads of each block
+        (:func:`heads_from_coefficients`).
     """
-    if decays is None:
-        V, Q = heads_from_coefficients(folded, d)
-        return V, Q, None
-    parts = [heads_from_coefficients(f, d) for f in np.split(folded, len(decays), axis=1)]
-    return (np.concatenate([V for V, _ in parts]), np.concatenate([Q for _, Q in parts]),
-            np.repeat(np.asarray(decays, dtype=np.float64), [V.shape[0] for V, _ in parts]))
+    blocks = np.split(folded, 1 if decays is None else len(decays), axis=1)
+    return joined_heads([heads_from_coefficients(f, d) for f in blocks], decays)
 
 
 def heads_from_coefficients(coef, d, *, rtol=None):

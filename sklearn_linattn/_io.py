@@ -510,16 +510,9 @@ def _head_coefficients(model, decays):
     With decays, block by block: block b holds the coefficients of the heads
     of decay ``decays[b]`` (zeros when it has none).
     """
-    V, Q = model.value_matrices_, model.key_query_matrices_
-    if decays is None:
-        return attention_coefficients(V, Q)
-    d_out, width = model.coef_.shape
-    blocks = []
-    for gamma in decays:
-        mine = model.head_decays_ == gamma
-        blocks.append(attention_coefficients(V[mine], Q[mine]) if mine.any()
-                      else np.zeros((d_out, width // len(decays))))
-    return np.concatenate(blocks, axis=1)
+    return attention_coefficients(model.value_matrices_, model.key_query_matrices_,
+                                  decays=model.head_decays_ if decays is not None else None,
+                                  blocks=decays)
 
 
 def _heads_residual(model, decays):

@@ -20,7 +20,7 @@ from ._certificate import IdentifiabilityCertificate, row_space_from_solution
 from ._fewheads import fit_standardized_heads
 from ._head_rows import fit_heads_memory, fit_heads_work
 from ._local_certificate import LocalCertificate
-from ._heads import CompressionJudge, compress_heads, heads_from_coefficients
+from ._heads import CompressionJudge, compress_heads, heads_from_coefficients, joined_heads
 from ._memory import resolve_budget
 from ._solvers import REGISTRY
 from ._terms import fit_terms
@@ -132,9 +132,8 @@ class _HeadGroups:
 
     def coefficients(self, groups):
         """Folded coefficients of every block's heads, side by side."""
-        return np.concatenate([
-            attention_coefficients(V, Q) if V.shape[0] else np.zeros_like(f)
-            for (V, Q), f in zip(groups, self.folded)], axis=1)
+        V, Q, head_decays = joined_heads(groups, self.decays)
+        return attention_coefficients(V, Q, decays=head_decays, blocks=self.decays)
 
     def gap(self, groups):
         """Relative coefficient residual of the groups' heads."""
@@ -144,11 +143,7 @@ class _HeadGroups:
 
     def heads(self):
         """All heads, block by block, and the decay of each (None without decays)."""
-        V = np.concatenate([V for V, _ in self.groups])
-        Q = np.concatenate([Q for _, Q in self.groups])
-        if self.decays is None:
-            return V, Q, None
-        return V, Q, np.repeat(np.asarray(self.decays, dtype=np.float64), self.sizes)
+        return joined_heads(self.groups, self.decays)
 
 
 def _relative_gap(V, Q, folded):

@@ -112,13 +112,12 @@ def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None, decays=None):
         S_seq, e = sequence_moments(X)
     if readout == "last":
         n, n_tokens, d = X.shape
-        if decays is None:
-            j, k = pair_indices(d)
-            S = np.take(S_seq.reshape(n, d * d), j * d + k, axis=1)
-        else:
+        j, k = pair_indices(d)
+        S = np.take(S_seq.reshape(n, d * d), j * d + k, axis=1)
+        if decays is not None:
             # Decayed moments of the same tokens in the same units (a decay is <= 1:
-            # nothing leaves the range the plain moments stay in).
-            S = decayed_moments(np.ldexp(X, -e) if e.any() else X, lengths, decays)
+            # nothing leaves the range the plain moments stay in); decay 1 is S.
+            S = decayed_moments(np.ldexp(X, -e) if e.any() else X, lengths, decays, plain=S)
         # Full sequences: the last token is a view, not a gather.
         x = (X[:, -1] if lengths.size and lengths.min() == n_tokens
              else X[np.arange(n), lengths - 1])
@@ -263,7 +262,7 @@ class MomentPass:
                  provisional=None, groups=None, decays=None):
         self.d, self.d_out, self.readout = int(d), d_out, readout
         self.decays = decays
-        n_blocks = 1 if decays is None else len(decays)
+        self.n_blocks = 1 if decays is None else len(decays)
         self._groups = None if groups is None else np.asarray(groups, dtype=np.intp)
         n_groups = 1 if self._groups is None else int(self._groups.max(initial=-1)) + 1
         self._group_samples = np.zeros(n_groups, dtype=np.int64)
@@ -272,7 +271,7 @@ class MomentPass:
         self.scales = MomentScales(self.d, d_out, decays=decays)
         self._kept = None if keep_rows is None else _KeptRows(
             int(keep_rows), self.d, (d_out or 0) + (0 if not terms else terms.n_terms),
-            n_blocks)
+            self.n_blocks)
         self._make_statistics = statistics
         self._accumulate = statistics is not None
         self._terms = terms if terms else None
@@ -297,9 +296,8 @@ class MomentPass:
         self.n_samples += X.shape[0] if sample_weight is None else int(
             np.count_nonzero(np.asarray(sample_weight) > 0))
         n_samples, n_tokens, d = X.shape
-        n_blocks = 1 if self.decays is None else len(self.decays)
         per_sample = sample_values(d, n_tokens, self.readout,
-                                   3 * n_blocks * n_pairs(d) + 3 * d + 2)
+                                   3 * self.n_blocks * n_pairs(d) + 3 * d + 2)
         for sl in iter_sample_chunks(n_samples, per_sample):
             sub = None if lengths is None else np.asarray(lengths)[sl]
             done = functools.partial(complete, offset=sl.start) if complete else None
