@@ -41,6 +41,9 @@ _MAP_CONDITION = 1.25
 # Rows in provisional coordinates with entries beyond this would bring the
 # Gram matrix (their sixth powers) near overflow: accumulated again instead.
 _MODERATE = 2.0**120
+# Up to this d the moments are mapped by the (P, P) pair map (P**2 per row),
+# above it by two GEMMs of the unfolded moments (2 d**3 per row).
+_PAIR_MAP_UP_TO_D = 8
 
 
 @dataclass
@@ -156,16 +159,60 @@ def with_terms(Yr, x, terms):
     return np.concatenate(parts, axis=1)
 
 
+def _map_cost(d):
+    """Multiply-adds per folded moment of :func:`map_moments` (the pair map or two GEMMs)."""
+    return n_pairs(d) ** 2 if d <= _PAIR_MAP_UP_TO_D else 2 * d**3
+
+
+def map_moments(S, A, weights):
+    """``fold(A^T S A) * weights`` for each row of folded moments S, shape (m, P).
+
+    A diagonal A (no whitening) scales each pair; a small d multiplies by
+    the (P, P) pair map (:func:`~._standardize.pair_map`, ``P**2`` per row);
+    a larger d unfolds the moments and applies A from both sides as two
+    GEMMs (``2 d**3`` per row, ``(d + 1)**2 / (8 d)`` times fewer).
+    """
+    d = A.shape[0]
+    j, k = pair_indices(d)
+    if not np.any(A - np.diag(np.diagonal(A))):
+        a = np.diagonal(A)
+        return S * (a[j] * a[k] * weights)
+    if d <= _PAIR_MAP_UP_TO_D:
+        return S @ (pair_map(A) * weights[:, None]).T
+    m = S.shape[0]
+    U = np.empty((m, d, d))
+    U[:, j, k] = S
+    U[:, k, j] = S
+    SA = (U.reshape(m * d, d) @ A).reshape(m, d, d)
+    # (S A)^T = A^T S for a symmetric S: the second GEMM gives A^T S A.
+    U = (np.ascontiguousarray(SA.transpose(0, 2, 1)).reshape(m * d, d) @ A).reshape(m, d * d)
+    return U[:, j * d + k] * weights
+
+
 def _map_rows(rows, e, standardizer, terms):
     """Rows in units ``2**-e`` -> rows in the standardizer's coordinates (their moments mapped)."""
     A = _token_map(standardizer, e)
-    R = pair_map(A) * standardizer.block_pair_weights[:, None]
     Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
     x = rows.x @ A
-    m, P = rows.n_rows, R.shape[0]
-    # Every block's moments map alike: one GEMM over the blocks stacked as rows.
-    S = (rows.S.reshape(m * standardizer.n_blocks, P) @ R.T).reshape(m, rows.S.shape[1])
+    m, P = rows.n_rows, n_pairs(standardizer.d)
+    # Every block's moments map alike: one map of the blocks stacked as rows.
+    S = map_moments(rows.S.reshape(m * standardizer.n_blocks, P), A,
+                    standardizer.block_pair_weights).reshape(m, rows.S.shape[1])
     return Rows(S, x, standardizer.transform_weights(rows.w), with_terms(Yr, x, terms))
+
+
+def _tokens_first(standardizer, n_tokens, readout):
+    """Whether standardizing the tokens costs less than mapping every row's moments.
+
+    Whitening the tokens costs ``n_tokens d**2`` per sequence, mapping the
+    moments :func:`_map_cost` per row (one row per sequence for readout
+    "last", one per token for "all"); a diagonal map is cheap either way.
+    """
+    if not standardizer.whitened:
+        return False
+    d = standardizer.d
+    rows = 1 if readout == "last" else n_tokens
+    return n_tokens * d * d < rows * _map_cost(d)
 
 
 def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weight=None,
@@ -191,8 +238,9 @@ def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weigh
         Rows of positive weight, targets and weights standardized too.
     """
     X = zero_padding(np.asarray(X, dtype=np.float64), np.asarray(lengths))
-    if standardizer.collinear:
-        # Nearly collinear tokens: the moments of the standardized tokens.
+    if standardizer.collinear or _tokens_first(standardizer, X.shape[1], readout):
+        # The moments of the standardized tokens: for nearly collinear tokens
+        # the only accurate rows, else the cheaper ones for these sizes.
         Xs = standardizer.transform(X)
         rows, e = _raw_rows(Xs, lengths, readout, Y, sample_weight,
                             decays=standardizer.decays)
@@ -454,7 +502,8 @@ class _KeptRows:
         """The rows mapped into the standardizer's coordinates, in place."""
         n_real = None if self.Y is None else self.Y.shape[1] - (0 if not terms else terms.n_terms)
         for start, stop, e in self.segments:
-            for sl in iter_sample_chunks(stop - start, 2 * self.S.shape[1]):
+            per_row = 2 * self.S.shape[1] + 3 * self.x.shape[1] ** 2  # map_moments unfolds
+            for sl in iter_sample_chunks(stop - start, per_row):
                 sl = slice(start + sl.start, start + sl.stop)
                 rows = Rows(self.S[sl], self.x[sl], None,
                             None if self.Y is None else self.Y[sl, :n_real])

@@ -121,8 +121,9 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False,
     Statistics solvers accumulate their statistics in the pass and keep no
     rows, unless ``direct`` (heads may be fitted to the rows directly) and
     they take at most :data:`ROWS_BUDGET`; ``"svd"`` and ``"dual"`` always
-    (their design is larger still); ``"cg"`` its cache's dtype (float64 or
-    float32 by the memory budget, None when even float32 does not fit);
+    (their design is larger still); ``"cg"`` float64 rows when its cache is
+    float64 (the rows are the cache), else none: a float32 cache is filled
+    by the solver's own pass, which keeps no float64 rows of twice its size;
     ``"lsmr"`` none (its sparse rows come from the tokens).
     """
     spec = REGISTRY[solver]
@@ -132,7 +133,8 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False,
         fits = direct and _rows_bytes(n_rows, d, n_targets, n_blocks) <= ROWS_BUDGET
         return np.dtype(np.float64) if fits else None
     if spec.reads_in_place:  # "cg": its cache
-        return cg_cache_dtype(n_rows, d, memory_budget, n_blocks)
+        cache = cg_cache_dtype(n_rows, d, memory_budget, n_blocks)
+        return cache if cache == np.float64 else None
     return np.dtype(np.float64)
 
 
