@@ -26,6 +26,7 @@ Usage::
 
 import argparse
 import contextlib
+import resource
 import time
 import warnings
 
@@ -38,7 +39,7 @@ from sklearn_linattn._solvers import Design
 from sklearn_linattn._solvers import cg
 
 
-def teacher_data(rng, n_samples, n_tokens, d, *, token_scale):
+def teacher_data(rng, n_samples, n_tokens, d, *, token_scale, readout="last"):
     """One-head teacher and sequences, filled in place in chunks of sequences.
 
     Generating in place keeps the peak memory of data generation at the size
@@ -48,19 +49,19 @@ def teacher_data(rng, n_samples, n_tokens, d, *, token_scale):
     Returns
     -------
     X : ndarray of shape (n_samples, n_tokens, d)
-    y : ndarray of shape (n_samples,)
+    y : ndarray of shape (n_samples,), or (n_samples, n_tokens) for readout "all"
     V, Q : ndarray of shape (1, 1, d) and (1, d, d)
     """
     V = rng.standard_normal((1, 1, d)) / np.sqrt(d)
     Q = rng.standard_normal((1, d, d)) / np.sqrt(d)
     X = np.empty((n_samples, n_tokens, d))
-    y = np.empty(n_samples)
+    y = np.empty(n_samples if readout == "last" else (n_samples, n_tokens))
     step = max(1, 2**22 // (n_tokens * d))
     for start in range(0, n_samples, step):
         sl = slice(start, min(start + step, n_samples))
         rng.standard_normal(out=X[sl])
         X[sl] *= token_scale
-        y[sl] = mhla_forward(X[sl], V, Q)[:, 0]
+        y[sl] = mhla_forward(X[sl], V, Q, readout=readout)[..., 0]
     return X, y, V, Q
 
 
@@ -127,6 +128,47 @@ def time_products(X, repeats=2):
     return out
 
 
+def time_iteration(X, y, readout="last", cache="auto", n_probes=2, repeats=2):
+    """The caching pass and one CG iteration of the fit at full size, with the peak RSS.
+
+    What a fit with ``solver="cg"`` repeats a few hundred times: one block
+    product with the row cache (the fit's column and the certificate's
+    ``n_probes`` probes) and one exact product streamed from the sequences
+    (a residual replacement).  The coordinates are those of the fit
+    (:func:`~sklearn_linattn._standardize.standardizer_for`); ``cache`` is
+    the row cache's dtype ("auto": the fit's choice by the memory budget,
+    None, "float32" or "float64").  Returns a dict of seconds, the cache's
+    dtype and bytes, and the peak RSS in bytes.
+    """
+    from sklearn_linattn._solvers._rows import count_rows
+    from sklearn_linattn._standardize import standardizer_for
+
+    lengths = np.full(X.shape[0], X.shape[1])
+    Y = y[:, None] if readout == "last" else y[..., None]
+    start = time.perf_counter()
+    standardizer = standardizer_for(X, lengths, Y)
+    design = Design(None, (X, lengths, Y, None), readout, standardizer, None,
+                    np.dtype(np.float64), count_rows(lengths, readout, None))
+    if cache == "auto":
+        cache = cg.cg_cache_dtype(design.n_rows, design.d)
+    op = cg._ImplicitGram(design, cache_dtype=cache)
+    op.setup()
+    out = dict(setup=time.perf_counter() - start, cache=str(op.cache_dtype),
+               cache_bytes=sum(a.nbytes for a in op._cache if a is not None)
+               if op._cache is not None else 0)
+    V = np.random.default_rng(0).standard_normal((op.psi, 1 + n_probes))
+    for name, fn, cols in (("block product", op.matmat, V), ("exact product", op.matmat_exact,
+                                                              V[:, :1])):
+        best = np.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn(cols)
+            best = min(best, time.perf_counter() - start)
+        out[name] = best
+    out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return out
+
+
 def time_solve(X, y, cache="auto", tol=1e-8):
     """solve_cg with its phases timed; returns a dict of numbers."""
     lengths = np.full(X.shape[0], X.shape[1])
@@ -177,13 +219,26 @@ def main(argv=None):
     parser.add_argument("--products", action="store_true", help="time one product only")
     parser.add_argument("--fit", action="store_true",
                         help="time LinearAttentionRegressor(solver='cg').fit")
+    parser.add_argument("--iteration", action="store_true",
+                        help="time the caching pass and one CG iteration at full size, "
+                             "with the peak RSS (sizes a fit too long to run)")
+    parser.add_argument("--readout", default="last", help="last or all (with --iteration)")
     args = parser.parse_args(argv)
     d, N, n = args.d, args.n_samples, args.n_tokens
     psi = d * d * (d + 1) // 2
-    X, y, V, Q = teacher_data(np.random.default_rng(0), N, n, d, token_scale=1 / np.sqrt(n))
+    X, y, V, Q = teacher_data(np.random.default_rng(0), N, n, d, token_scale=1 / np.sqrt(n),
+                              readout=args.readout)
     print(f"d = {d}, N = {N}, n = {n}, psi = {psi}, X {X.nbytes / 2**30:.2f} GiB, "
           f"threads {args.threads}", flush=True)
     with threadpool_limits(args.threads):
+        if args.iteration:
+            out = time_iteration(X, y, args.readout,
+                                 None if args.cache == "none" else args.cache, repeats=1)
+            print(f"caching pass {out['setup']:.1f} s (cache {out['cache']}, "
+                  f"{out['cache_bytes'] / 1e9:.2f} GB); one CG iteration of the fit: block "
+                  f"product (fit + 2 probes) {out['block product']:.2f} s, exact product "
+                  f"{out['exact product']:.2f} s; peak RSS {out['peak_rss'] / 1e9:.2f} GB")
+            return
         if args.products:
             for name, (wall, cpu) in time_products(X).items():
                 print(f"one product G v, {name}: {wall:.3f} s wall, {cpu:.3f} s CPU")

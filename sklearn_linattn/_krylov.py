@@ -61,7 +61,9 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
     replaced by the exact ``Bm - (G + penalty) X`` (residual replacement,
     van der Vorst and Ye 2000) whenever it has fallen by ``_CG_REPLACE``
     since the last replacement, and before a column stops: only exact
-    residuals stop a column, so ``rtol`` holds for the exact system.
+    residuals stop a column, so ``rtol`` holds for the exact system.  The
+    other active columns whose residual has fallen since their last
+    replacement are replaced in the same exact product.
 
     ``record`` (a :class:`LanczosRecord`) keeps the Lanczos vectors and
     coefficients of column ``record_column``; ``stop(n_iter)``, checked
@@ -111,7 +113,10 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
         if exact is not None:
             check = active & ((rel <= rtol) | (rel <= _CG_REPLACE * replaced))
             if check.any():
-                idx = np.flatnonzero(check)
+                # Every active column whose residual fell since its last
+                # replacement joins: an exact product streams the data once,
+                # whatever the number of columns.
+                idx = np.flatnonzero(active & (rel < replaced))
                 Q = exact(X[:, idx])
                 if penalty is not None:
                     Q += _apply(penalty, X[:, idx], idx)
