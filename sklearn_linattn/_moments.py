@@ -73,10 +73,6 @@ class Rows:
     def n_rows(self):
         return self.S.shape[0]
 
-    def astype(self, dtype):
-        """The same rows stored in another float dtype (the weights and targets stay float64)."""
-        return Rows(self.S.astype(dtype), self.x.astype(dtype), self.w, self.Y)
-
     @staticmethod
     def concatenate(parts, d, d_targets, n_blocks=1):
         """One Rows of several (empty ones included)."""
@@ -216,7 +212,7 @@ def _tokens_first(standardizer, n_tokens, readout):
 
 
 def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weight=None,
-                      terms=None):
+                      terms=None, raw=None):
     """Rows of a chunk of sequences in the standardizer's coordinates.
 
     Parameters
@@ -231,6 +227,10 @@ def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weigh
     sample_weight : ndarray of shape (n_samples,) or None
     terms : LinearTerms or None
         Term columns to append to the targets.
+    raw : tuple or None
+        The chunk's rows in its own units and their exponents, as
+        :func:`_raw_rows` returns them, when formed already (mapped unless
+        the tokens are standardized first).
 
     Returns
     -------
@@ -253,7 +253,8 @@ def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weigh
         Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
         return Rows(rows.S, rows.x, standardizer.transform_weights(rows.w),
                     with_terms(Yr, rows.x, terms))
-    rows, e = _raw_rows(X, lengths, readout, Y, sample_weight, decays=standardizer.decays)
+    rows, e = raw if raw is not None else _raw_rows(X, lengths, readout, Y, sample_weight,
+                                                    decays=standardizer.decays)
     return _map_rows(rows, e, standardizer, terms)
 
 
@@ -409,11 +410,8 @@ class MomentPass:
             return  # out of the provisional coordinates' range: a second pass
         self._group_samples[group] += X.shape[0] if w is None else int(
             np.count_nonzero(np.asarray(w) > 0))
-        if st.collinear:
-            mapped = standardized_rows(X, lengths, self.readout, st, Y=Y, sample_weight=w,
-                                       terms=self._terms)
-        else:
-            mapped = _map_rows(rows, e, st, self._terms)
+        mapped = standardized_rows(X, lengths, self.readout, st, Y=Y, sample_weight=w,
+                                   terms=self._terms, raw=(rows, e))
         if mapped.n_rows and not _moderate(mapped):
             self.stats = False
             return

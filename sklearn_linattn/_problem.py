@@ -116,7 +116,7 @@ def _rows_bytes(n_rows, d, n_targets, n_blocks=1):
 
 
 def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False, n_blocks=1):
-    """The dtype the pass keeps the rows in for a solver (None: not kept).
+    """float64 when the pass keeps the rows for a solver, else None (not kept).
 
     Statistics solvers accumulate their statistics in the pass and keep no
     rows, unless ``direct`` (heads may be fitted to the rows directly) and
@@ -234,7 +234,7 @@ class StandardizedProblem:
             Real outputs (0: no targets).
         terms : LinearTerms
         keep : numpy dtype or None
-            Keep the rows (in this dtype) from the pass (:func:`keep_rows`).
+            float64: keep the rows from the pass (:func:`keep_rows`).
         statistics : bool
             Accumulate the sufficient statistics in the pass (memory that
             does not grow with the data), for the statistics solvers.
@@ -303,8 +303,6 @@ class StandardizedProblem:
                 rows = design.all_rows()
             else:
                 rows = moments.rows(standardizer, terms)
-            if keep != np.float64:
-                rows = rows.astype(keep)
         group_stats = None
         if groups is not None:
             group_stats = moments.group_statistics(standardizer)

@@ -19,11 +19,11 @@ class Design:
     ----------
     rows : Rows or None
         Every row of positive weight in standardized coordinates (targets
-        with the term columns), when the fit kept them.
+        with the term columns), in float64, when the fit kept them.
     arrays : tuple or None
         ``(X, lengths, Y, sample_weight)``: the validated sequences (padded
         positions ignored by length) to compute rows from when ``rows`` is
-        None or must be exact (a float32 cache of "cg").
+        None.
     readout : {"last", "all"}
     standardizer : TokenStandardizer
         Standardized coordinates of the rows.
@@ -69,13 +69,9 @@ class Design:
         return (0 if Y is None else Y.shape[-1]) + (0 if self.terms is None else
                                                     self.terms.n_terms)
 
-    def row_chunks(self, values_per_row, *, exact=True):
-        """The rows in chunks of at most a memory chunk's worth.
-
-        ``exact``: float64 rows, recomputed from the sequences when the kept
-        rows are stored in float32.
-        """
-        if self.rows is not None and (not exact or self.rows.S.dtype == np.float64):
+    def row_chunks(self, values_per_row):
+        """The float64 rows in chunks of at most a memory chunk's worth."""
+        if self.rows is not None:
             rows = self.rows
             for sl in iter_sample_chunks(rows.n_rows, values_per_row):
                 yield Rows(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],

@@ -45,8 +45,7 @@ class _ImplicitGram:
         self._cache = None
         rows = design.rows
         if rows is not None:
-            # Rows kept by the fit are the cache already (float32 ones for products
-            # only: exact products and the setup stream from the sequences).
+            # Rows kept by the fit (float64, see keep_rows) are the cache already.
             self._cache, self.cache_dtype = (rows.S, rows.x, rows.w), None
 
     @property
@@ -56,7 +55,7 @@ class _ImplicitGram:
 
     def _chunks(self, k):
         """Exact (float64) rows, chunk by chunk."""
-        yield from self.design.row_chunks(self.P * (k + 2) + self.d * (k + 2), exact=True)
+        yield from self.design.row_chunks(self.P * (k + 2) + self.d * (k + 2))
 
     def matmat(self, V):
         """``G @ V`` for V of shape (psi, k), from the cache when there is one."""
