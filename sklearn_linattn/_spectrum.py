@@ -144,9 +144,9 @@ def start_vectors(n, k=1):
 def largest_eigenvalue(G):
     """lambda_max of a dense symmetric matrix by Lanczos (relative accuracy _LANCZOS_RTOL).
 
-    Each Lanczos product is a BLAS ``symv`` on one triangle of G (G must be
-    symmetric): a product with a large matrix is bound by memory, and
-    ``symv`` reads half of what ``G @ v`` reads.
+    Each Lanczos product is a BLAS ``symv`` on one triangle of G: a product
+    with a large matrix is bound by memory, and ``symv`` reads half of what
+    ``G @ v`` reads.  Of a C-ordered G only the upper triangle is read.
     """
     A = G.T if G.T.flags.f_contiguous else np.asfortranarray(G)
     symv = get_blas_funcs("symv", (A,))

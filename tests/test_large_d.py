@@ -125,3 +125,63 @@ def test_a_float32_cache_keeps_no_float64_rows(monkeypatch):
     # vectors and chunks of work arrays: 0.75 of the float64 rows alone, 1.51
     # when they were kept.
     assert peak < float64_rows, (peak, float64_rows)
+
+
+@pytest.mark.parametrize("d", [1, 3, 5])
+@pytest.mark.parametrize("decays", [None, (1.0, 0.6)])
+def test_the_gram_expanded_whole_or_by_its_upper_triangle(d, decays):
+    """Both expansions of the compact statistics against the feature rows' ``Phi^T W Phi``."""
+    from sklearn_linattn._memory import real_tokens
+    from sklearn_linattn._solvers import SufficientStatistics
+    from sklearn_linattn._standardize import TokenStandardizer
+
+    from reference import ref_decayed_features
+
+    rng = np.random.default_rng([41, d])
+    lengths = rng.integers(1, 7, size=150)
+    X = rng.normal(size=(150, 6, d)) * np.geomspace(1.0, 1e3, d)
+    X[~real_tokens(lengths, 6)] = 0.0
+    w = rng.uniform(0.5, 2.0, size=150)
+    st = TokenStandardizer.identity(d, None, decays)
+    stats = SufficientStatistics(d, standardizer=st).update(X, lengths, sample_weight=w)
+    H = ref_decayed_features(X, lengths, (1.0,) if decays is None else decays)
+    G = (H * w[:, None]).T @ H
+    atol = 1e-12 * np.abs(G).max()
+    np.testing.assert_allclose(stats.gram, G, rtol=1e-12, atol=atol)
+    upper = stats.expanded_gram(upper=True)
+    np.testing.assert_allclose(np.triu(upper), np.triu(G), rtol=1e-12, atol=atol)
+    # Below the diagonal blocks: zeros, nothing left uninitialised.
+    P = G.shape[0] // d
+    below = np.tril(np.ones((P, P), dtype=bool), -1)
+    assert not np.any(upper.reshape(P, d, P, d)[np.nonzero(below)[0], :, np.nonzero(below)[1]])
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+@pytest.mark.parametrize("alpha", [0.0, 0.3])
+def test_cholesky_from_the_upper_triangle_equals_eigh(readout, alpha):
+    """psi = 75 (above the full-spectrum limit): the Cholesky solve reads one triangle."""
+    rng = np.random.default_rng([42, len(readout), int(alpha * 10)])
+    n = 160 if readout == "last" else 40
+    lengths = rng.integers(3, 7, size=n)
+    X = rng.normal(size=(n, 6, 5)) * np.array([1e-3, 1.0, 1.0, 30.0, 1e4])
+    for i, m in enumerate(lengths):
+        X[i, m:] = np.nan
+    y = rng.normal(size=(n, 6, 2) if readout == "all" else (n, 2))
+    if readout == "all":
+        y[np.isnan(X[..., 0])] = np.nan
+    w = rng.uniform(0.5, 2.0, size=n)
+    chol = LinearAttentionRegressor(readout=readout, alpha=alpha, solver="cholesky")
+    chol.fit(X, y, sample_weight=w)
+    eigh = LinearAttentionRegressor(readout=readout, alpha=alpha, solver="eigh")
+    eigh.fit(X, y, sample_weight=w)
+    assert chol.solver_ == "cholesky" and chol.certificate_
+    np.testing.assert_allclose(chol.coef_, eigh.coef_, rtol=1e-7,
+                               atol=1e-9 * np.abs(eigh.coef_).max())
+    a, b = chol.certificate_, eigh.certificate_
+    assert a.max_eigenvalue == pytest.approx(b.max_eigenvalue, rel=1e-9)
+    assert a.min_eigenvalue == pytest.approx(b.min_eigenvalue, rel=1e-7)
+    # The factor (from one triangle) serves the eigenvalues and the error bounds.
+    np.testing.assert_allclose(a.eigenvalues, b.eigenvalues, rtol=1e-7,
+                               atol=1e-12 * b.max_eigenvalue)
+    Z = rng.normal(size=(4, 9, 5))
+    np.testing.assert_allclose(a.error_bound(Z, 1e-3), b.error_bound(Z, 1e-3), rtol=1e-7)

@@ -163,7 +163,8 @@ def coef_from_gram(G, moment, ridge):
     """Ridge coefficients ``(G + ridge I)^{-1} moment`` (ridge > 0), transposed.
 
     Cholesky of the system scaled by a power of two; eigh if rounding makes it
-    indefinite (a ridge far below the rounding of G).
+    indefinite (a ridge far below the rounding of G).  Only the lower
+    triangle of G is read (zeros above it are fine).
     """
     top = max(float(np.abs(G).max(initial=0.0)), ridge, np.finfo(np.float64).tiny)
     m = int(_exponent(top))

@@ -379,16 +379,33 @@ class SufficientStatistics(RowCounts):
     @property
     def gram(self):
         """The full Gram matrix ``Phi^T W Phi``, shape (psi, psi), as a new array."""
+        return self.expanded_gram()
+
+    def expanded_gram(self, *, upper=False):
+        """The Gram matrix ``Phi^T W Phi`` as a new (psi, psi) array.
+
+        Parameters
+        ----------
+        upper : bool, default=False
+            Write only the blocks ``G[(p, .), (q, .)]`` with ``p <= q``: the
+            upper triangle (and the diagonal blocks whole), zeros below, for
+            the LAPACK and BLAS calls that read one triangle (half the
+            writes).
+        """
         P, d = self.standardizer.n_moments, self.d
-        # Each stored row (p, q) holds the symmetric d x d block G[(p, .), (q, .)]:
-        # unfolded once, then written to the blocks (p, q) and (q, p) whole
-        # (contiguous d x d copies instead of a gather of every entry).
-        blocks = self._compact[:, pair_index_matrix(d).ravel()].reshape(-1, d, d)
-        G = np.empty((P, d, P, d))
-        jp, kp = pair_indices(P)
-        by_block = G.transpose(0, 2, 1, 3)  # (p, q, l, m), a view
-        by_block[jp, kp] = blocks
-        by_block[kp, jp] = blocks  # the blocks are symmetric: (q, p) is (p, q)
+        unfold = pair_index_matrix(d).ravel()
+        offsets = _pair_offsets(P)
+        G = (np.zeros if upper else np.empty)((P, d, P, d))
+        # The stored rows (p, q), q >= p, are consecutive for each p and each
+        # holds the symmetric d x d block G[(p, .), (q, .)] (also the block
+        # (q, p)): a block row at a time is unfolded and written whole, rows
+        # of G written contiguously (a gather of every entry, or a scatter of
+        # single blocks, costs several times more at large psi).
+        for p in range(P):
+            blocks = self._compact[offsets[p]:offsets[p + 1]][:, unfold].reshape(P - p, d, d)
+            G[p, :, p:, :] = blocks.transpose(1, 0, 2)
+            if not upper:
+                G[p + 1:, :, p, :] = blocks[1:]
         return G.reshape(self.n_features, self.n_features)
 
     def _set_gram(self, value):

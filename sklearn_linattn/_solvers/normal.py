@@ -65,11 +65,14 @@ def solve_cholesky(stats, alpha=0.0):
     if stats.n_rows == 0:
         return solve_eigh(stats, alpha)
     _check_statistics_finite(stats)
-    G = stats.gram
     if psi <= FULL_SPECTRUM_PSI:
+        G = stats.gram
         w = descending_eigh(G, vectors=False)
         lam_max, lam_min, error = float(w[0]), float(w[-1]), 0.0
     else:
+        # Everything below reads G's upper triangle only (potrf and symv on
+        # the Fortran-ordered G.T, coef_from_gram on the transpose).
+        G = stats.expanded_gram(upper=True)
         w = None
         lam_max = largest_eigenvalue(G)
     tol = eigenvalue_tolerance(lam_max, psi, stats.dtype)
@@ -91,7 +94,7 @@ def solve_cholesky(stats, alpha=0.0):
         if not ridge:
             coef = scipy.linalg.cho_solve((L, True), stats.moment, check_finite=False).T
         else:
-            coef = coef_from_gram(G_ridge, stats.moment, ridge)
+            coef = coef_from_gram(G_ridge.T, stats.moment, ridge)
     return SpectralSolution(
         coef=coef,
         standardizer=stats.standardizer,
