@@ -14,14 +14,14 @@ solver="cg").fit`` as a whole (what the benchmark row measures).
 
 Run the full d = 64 case in the background with the peak RSS::
 
-    /usr/bin/time -v /work/venv/bin/python benchmarks/cg_large.py --fit \\
+    /usr/bin/time -v python benchmarks/cg_large.py --fit \\
         --d 64 --n-samples 150000 --n-tokens 16
 
 Usage::
 
-    /work/venv/bin/python benchmarks/cg_large.py --d 32 --n-samples 19100
-    /work/venv/bin/python benchmarks/cg_large.py --products --d 64 --n-samples 10000
-    /work/venv/bin/python benchmarks/cg_large.py --d 32 --n-samples 19100 --cache float32
+    python benchmarks/cg_large.py --d 32 --n-samples 19100
+    python benchmarks/cg_large.py --products --d 64 --n-samples 10000
+    python benchmarks/cg_large.py --d 32 --n-samples 19100 --cache float32
 """
 
 import argparse

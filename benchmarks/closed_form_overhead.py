@@ -10,7 +10,7 @@ best of the repeats.  CPU time is the steadier of the two on a shared machine.
 
 Usage::
 
-    /work/venv/bin/python benchmarks/closed_form_overhead.py --threads 1 --repeats 7
+    python benchmarks/closed_form_overhead.py --threads 1 --repeats 7
 """
 
 import argparse

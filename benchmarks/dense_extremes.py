@@ -21,12 +21,11 @@ Run:  python benchmarks/dense_extremes.py [--d 16 32] [--n-samples 20000] [--n-t
 import argparse
 import time
 
-import numpy as np
 from scipy.sparse.linalg import eigsh
 from threadpoolctl import threadpool_limits
 
 from sklearn_linattn import LinearAttentionRegressor
-from sklearn_linattn._solvers import SufficientStatistics
+from sklearn_linattn._problem import StandardizedProblem
 from sklearn_linattn._solvers.normal import _cholesky
 from sklearn_linattn._spectrum import (
     _LANCZOS_RTOL,
@@ -34,6 +33,7 @@ from sklearn_linattn._spectrum import (
     smallest_eigenvalue_from_cholesky,
     start_vectors,
 )
+from sklearn_linattn._terms import LinearTerms
 from sklearn_linattn._training import TrainingData
 from sklearn_linattn.datasets import make_random_mhla
 
@@ -43,10 +43,9 @@ def gram(d, n_samples, n_tokens, seed=0):
     X, y = make_random_mhla(n_samples, n_tokens, d, random_state=seed)
     est = LinearAttentionRegressor()
     data = TrainingData(X, y, None, layout=est._layout(), readout=est.readout)
-    stats = SufficientStatistics(d, 1, standardizer=data.scales().finish())
-    for Xb, lb, Yb, wb in data.solver_batches():
-        stats.update(Xb, lb, Yb, readout=est.readout, sample_weight=wb)
-    return stats.gram
+    problem = StandardizedProblem.from_data(data, readout=est.readout, d_out=1,
+                                            terms=LinearTerms(d), statistics=True)
+    return problem.statistics().gram
 
 
 def scipy_largest(G):
@@ -87,7 +86,7 @@ def main(argv=None):
             print(f"{d:>3} {G.shape[0]:>6} {t_scipy:>8.3f} {t_ours:>8.3f} "
                   f"{t_scipy / t_ours:>6.2f} {abs(l_scipy - l_ours) / l_scipy:>9.1e} "
                   f"{t_chol:>9.3f} {t_min:>10.3f}", flush=True)
-            del G, L
+            G = L = None  # free the psi x psi arrays before the next d
 
 
 if __name__ == "__main__":

@@ -114,8 +114,8 @@ pip install -e . && python -m benchmarks
 ```
 
 This runs every row and rewrites this file; the total time of the run below is under "Run". The
-`cg` row alone takes about 10 minutes (its process is stopped after 20); leave it out with
-`--skip cg`. The `gram` row takes about 15 minutes, most of them at d = 32 (a 2.7 GB feature
+`cg` row alone takes 10 to 20 minutes on 2 cores (its process is stopped after 30); leave it out
+with `--skip cg`. The `gram` row takes about 15 minutes, most of them at d = 32 (a 2.7 GB feature
 matrix; each d runs in a fresh process). The `adam` row takes about 5 minutes with PyTorch
 installed, where it trains the paper's recipe in PyTorch (a run is stopped after 30 minutes), and
 under a minute without it, where the package's numpy learner runs the recipe instead. Options:
@@ -123,8 +123,8 @@ under a minute without it, where the package's numpy learner runs the recipe ins
 - `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
   and writes no file unless `--output` is given).
 - `--only ROW ...` / `--skip ROW ...`: run some rows (`gram`, `adam`, `samples`, `memory`, `cg`,
-  `dask`). The `dask` row needs the dask extra (`pip install -e ".[dask]"`); without it the row
-  says "not available".
+  `dask`, `cv`). The `dask` row needs the dask extra (`pip install -e ".[dask]"`); without it the
+  row says "not available".
 - `--output PATH`: where to write the markdown (default `benchmarks/README.md`; `-` for stdout only).
 - `--threads N`: BLAS/OpenMP threads for the whole run, set with threadpoolctl (default: all usable
   cores).
@@ -135,7 +135,10 @@ repeats) on the same machine, so ratios are meaningful on a shared machine where
 noisy. Busy cores still distort multi-threaded BLAS calls unevenly: the load average of each row is
 recorded under Details; for the steadiest numbers run on an idle machine (or with `--threads 1`). Memory rows run in a fresh process. Targets come from the issue; rows whose solver or method
 does not exist yet print "not available" and fill in once it does. Every number below comes from the
-run described in "Run"; the file is generated, edit `benchmarks/report.py` instead.
+run described in "Run", except the paragraphs headed "Measured apart from this run" under
+Details: those come from `benchmarks/notes/ROW.md`, written by hand, each number with the
+command and commit that produced it. The file is generated, edit `benchmarks/report.py` (or a
+note) instead.
 
 The stand-alone scripts in this folder (`adam_vs_closed_form.py`, `certificate_lambda_min.py`, ...)
 run on their own: `python benchmarks/adam_vs_closed_form.py --help`.
@@ -244,7 +247,19 @@ def render_markdown(results, *, info, command, started, seconds, commit, quick,
                 lines.append("")
                 lines += [f"- {d}" for d in r.details]
                 lines.append("")
+        note = row_note(row)
+        if note and not quick:
+            lines += [f"Measured apart from this run (`benchmarks/notes/{row}.md`):", "", note, ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+NOTES = Path(__file__).resolve().parent / "notes"
+
+
+def row_note(row):
+    """The hand-written note of a row (measurements made apart from the run), or None."""
+    path = NOTES / f"{row}.md"
+    return path.read_text().strip() if path.is_file() else None
 
 
 def now():

@@ -4,7 +4,8 @@
 row        ratio (target)
 =========  ==================================================================
 gram       fit wall time / (per-sequence moments + the SYRK ``Phi^T Phi``),
-           d = 4, 8, 16, 32, N = 20 000, n = 64 (<= 1.5 at every d)
+           d = 4, 8, 16, 32, N = 20 000, n = 64 (<= 1.5 at d = 4 and 8,
+           <= 1.0 at d = 16 and 32)
 adam       Adam (d**2 heads) time to 1e-6 relative validation MSE / closed
            form time, the paper's Sec. 4.1 setting: the paper's recipe and
            parametrisation, and the package's learner tuned (>= 1000)
@@ -13,7 +14,9 @@ samples    samples needed for 1e-6 relative error: KernelRidge(poly, 3) and
 memory     peak memory of the streaming fit beyond X, 10**6 sequences,
            n = 32, d = 8 (<= 150 MB)
 cg         d = 64 fitted with solver="cg", N = 150 000, n = 16
-           (<= 10 minutes and <= 4 GB peak)
+           (<= 4 minutes, <= 4 GB peak, lambda_min bound within 100x)
+dask       solver="cg" on a dask array, 1 against 2 worker processes
+           (no target)
 cv         LinearAttentionRegressorCV (5 folds, 8 alphas) / one plain fit at
            the chosen alpha: digits next-row with positions (d = 15) and
            synthetic data (<= 3)
@@ -178,7 +181,14 @@ GRAM_FULL = dict(ds=(4, 8, 16, 32), n_samples=20_000, n_tokens=64, repeats=3, ma
                  min_time=5.0, large_d=32, large_repeats=2, timeout=5400)
 GRAM_QUICK = dict(ds=(2, 3), n_samples=400, n_tokens=8, repeats=2, max_repeats=2,
                   min_time=0.0, large_d=3, large_repeats=2, timeout=300)
-GRAM_TARGET = 1.5
+# The issue's targets: the fit within 1.5 times the baseline at small d, within it at d >= 16
+# (where the Gram's two symmetries halve the SYRK's multiply-adds).
+GRAM_TARGETS = {4: 1.5, 8: 1.5, 16: 1.0, 32: 1.0}
+
+
+def gram_target(d):
+    """The target ratio at d (the small-d one for the quick sizes)."""
+    return GRAM_TARGETS.get(d, 1.5)
 
 
 def _discard(func, *args):
@@ -300,7 +310,7 @@ def row_gram(ctx):
             results.append(Result(
                 row="gram", label=f"fit / (moments + Phi^T Phi), d = {d}", setting=setting,
                 measured=f"did not finish in {fmt_seconds(p['timeout'])} (stopped)",
-                target=f"<= {GRAM_TARGET}", status="ERROR", details=notes,
+                target=f"<= {gram_target(d)}", status="ERROR", details=notes,
             ))
             continue
         times, stage_rounds = out["times"], out["stage_rounds"]
@@ -342,8 +352,8 @@ def row_gram(ctx):
                 baseline=f"moments {fmt_seconds(best['moments'])} + "
                          f"{syrk_text[syrk_name]} {fmt_seconds(best[syrk_name])}",
                 ratio=f"{ratio:.2f}",
-                target=f"<= {GRAM_TARGET}",
-                status=judge(ctx, ratio <= GRAM_TARGET),
+                target=f"<= {gram_target(d)}",
+                status=judge(ctx, ratio <= gram_target(d)),
                 details=details,
             )
         )
@@ -850,7 +860,7 @@ def row_memory(ctx):
 # cg: d = 64 with the matrix-free solver
 # ---------------------------------------------------------------------------
 
-CG_FULL = dict(n_samples=150_000, n_tokens=16, d=64, timeout=1200)
+CG_FULL = dict(n_samples=150_000, n_tokens=16, d=64, timeout=1800)
 CG_QUICK = dict(n_samples=300, n_tokens=4, d=4, timeout=300)
 CG_TIME_TARGET = 240.0
 CG_MEMORY_TARGET = 4 * GB
@@ -934,7 +944,7 @@ def row_cg(ctx):
     converged; the rest (lambda_max, the probes' further iterations, the
     bounds) is the certificate's.  The target on the lower bound of
     lambda_min: within 100x of the Rayleigh quotient above it.  The child is
-    stopped after 20 minutes (data generation included).
+    stopped after 30 minutes (data generation included).
     """
     p = ctx.sizes(CG_FULL, CG_QUICK)
     N, n, d = p["n_samples"], p["n_tokens"], p["d"]
