@@ -116,7 +116,7 @@ def _rows_bytes(n_rows, d, n_targets, n_blocks=1):
 
 
 def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False, n_blocks=1):
-    """float64 when the pass keeps the rows for a solver, else None (not kept).
+    """Whether the pass keeps the (float64) rows for a solver.
 
     Statistics solvers accumulate their statistics in the pass and keep no
     rows, unless ``direct`` (heads may be fitted to the rows directly) and
@@ -128,14 +128,12 @@ def keep_rows(solver, n_rows, d, n_targets, memory_budget=None, *, direct=False,
     """
     spec = REGISTRY[solver]
     if spec.sparse_only:
-        return None
+        return False
     if spec.statistics:
-        fits = direct and _rows_bytes(n_rows, d, n_targets, n_blocks) <= ROWS_BUDGET
-        return np.dtype(np.float64) if fits else None
+        return direct and _rows_bytes(n_rows, d, n_targets, n_blocks) <= ROWS_BUDGET
     if spec.reads_in_place:  # "cg": its cache
-        cache = cg_cache_dtype(n_rows, d, memory_budget, n_blocks)
-        return cache if cache == np.float64 else None
-    return np.dtype(np.float64)
+        return cg_cache_dtype(n_rows, d, memory_budget, n_blocks) == np.float64
+    return True
 
 
 def _group_statistics_again(data, make, standardizer, groups, readout, d, d_out, terms):
@@ -218,7 +216,7 @@ class StandardizedProblem:
         return self.d_out + self.terms.n_terms
 
     @classmethod
-    def from_data(cls, data, *, readout, d_out, terms, keep=None, statistics=False,
+    def from_data(cls, data, *, readout, d_out, terms, keep=False, statistics=False,
                   previous=None, standardizer=None, provisional=None, groups=None,
                   decays=None):
         """The problem of validated training data, in one pass where possible.
@@ -233,8 +231,8 @@ class StandardizedProblem:
         d_out : int
             Real outputs (0: no targets).
         terms : LinearTerms
-        keep : numpy dtype or None
-            float64: keep the rows from the pass (:func:`keep_rows`).
+        keep : bool
+            Keep the rows from the pass, in float64 (:func:`keep_rows`).
         statistics : bool
             Accumulate the sufficient statistics in the pass (memory that
             does not grow with the data), for the statistics solvers.
@@ -274,7 +272,7 @@ class StandardizedProblem:
             known is not None or _map_is_cheaper(data, shape)) else None
         moments = MomentPass(
             shape[2], d_out if d_out else None, readout,
-            keep_rows=None if keep is None else data.n_rows_bound(shape[1]),
+            keep_rows=data.n_rows_bound(shape[1]) if keep else None,
             statistics=accumulate, terms=terms if terms else None,
             provisional=standardizer if standardizer is not None else provisional,
             groups=groups, decays=decays)
@@ -296,7 +294,7 @@ class StandardizedProblem:
         arrays = _Lazy(lambda: data.arrays(False))
         sequences = (moments.n_samples, moments.n_tokens, moments.dtype)
         rows = None
-        if keep is not None:
+        if keep:
             if standardizer.collinear:
                 design = Design(None, arrays.value, readout, standardizer, terms,
                                 moments.dtype, 0)
