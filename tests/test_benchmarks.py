@@ -4,6 +4,7 @@ Runs the documented command on tiny sizes and checks the markdown it writes.
 Nothing here asserts a time, a ratio or a memory figure.
 """
 
+import datetime
 import re
 import subprocess
 import sys
@@ -75,3 +76,35 @@ def test_unknown_row_is_an_error():
     proc = run_harness("--only", "nonsense", "--output", "-")
     assert proc.returncode != 0
     assert "nonsense" in proc.stderr
+
+
+def test_dense_extremes_script_runs():
+    """``benchmarks/dense_extremes.py`` on a tiny size (it once used internals that were gone)."""
+    out = subprocess.run(
+        [sys.executable, "benchmarks/dense_extremes.py", "--d", "3", "--n-samples", "200",
+         "--n-tokens", "4", "--repeats", "1"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    row = out.stdout.strip().splitlines()[-1].split()
+    assert row[:2] == ["3", "18"]  # d, psi
+
+
+def test_row_notes_are_kept_in_the_report():
+    """A row's hand-written note follows its details in a full report, not in a quick one."""
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks.report import render_markdown, row_note
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    note = row_note("gram")
+    assert note  # benchmarks/notes/gram.md
+    info = dict(load_average=None, threads=1, cpu_model="cpu", logical_cores=1, usable_cores=1,
+                mem_total=None, mem_available=None, platform="p", python="3", versions={},
+                threadpools=[])
+    common = dict(info=info, command="c", started=datetime.datetime.now().astimezone(),
+                  seconds=1.0, commit=None, descriptions={"gram": "What the row measures."})
+    full = render_markdown([], quick=False, **common)
+    assert "Measured apart from this run (`benchmarks/notes/gram.md`)" in full
+    assert note in full
+    assert note not in render_markdown([], quick=True, **common)
