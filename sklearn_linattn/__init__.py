@@ -10,9 +10,8 @@ from ._certificate import paper_min_eigenvalue
 from ._features import attention_kernel
 from ._repair import RepairResult, repair_certificate
 from ._attention import attention_coefficients, mhla_forward, mhla_generate, same_function
-from ._heads import compress_heads, heads_from_coefficients
-from ._fewheads import HeadsFit, fit_heads
-from ._local_certificate import LocalCertificate, certify_heads_locally
+from ._heads import HeadsFit, LocalCertificate, certify_heads_locally, compress_heads, fit_heads
+from ._heads import heads_from_coefficients
 from .layouts import (
     heads_from_paper,
     heads_from_projections,

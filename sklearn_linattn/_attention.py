@@ -25,7 +25,7 @@ from ._memory import (
     zero_padding,
 )
 from ._standardize import SAFE_EXPONENT, scale_per_sample
-from ._units import _column_abs_max, _exponent, _pow2_scale
+from ._units import column_abs_max, exponent, pow2_scale
 from ._validation import (
     as_real_array,
     check_heads,
@@ -43,14 +43,14 @@ __all__ = [
 ]
 
 # Below every float64 exponent: marks a head with no non-zero entry.
-_NO_EXPONENT = -(2**40)
+NO_EXPONENT = -(2**40)
 
 
-def _head_exponents(A, shift):
-    """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``_NO_EXPONENT`` if zero)."""
+def head_exponents(A, shift):
+    """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``NO_EXPONENT`` if zero)."""
     mantissa, exp = np.frexp(A)
-    exp = np.where(mantissa != 0, exp + shift[None], _NO_EXPONENT)
-    return exp.reshape(A.shape[0], int(np.prod(A.shape[1:]))).max(axis=1, initial=_NO_EXPONENT)
+    exp = np.where(mantissa != 0, exp + shift[None], NO_EXPONENT)
+    return exp.reshape(A.shape[0], int(np.prod(A.shape[1:]))).max(axis=1, initial=NO_EXPONENT)
 
 
 def _scaled_heads(V, Q, e=None):
@@ -70,8 +70,8 @@ def _scaled_heads(V, Q, e=None):
     e = np.zeros(d, dtype=np.int64) if e is None else np.asarray(e, dtype=np.int64)
     sv = np.broadcast_to(e[None, :], (d_out, d))
     sq = e[:, None] + e[None, :]
-    eV, eQ = _head_exponents(V, sv), _head_exponents(Q, sq)
-    live = (eV != _NO_EXPONENT) & (eQ != _NO_EXPONENT)
+    eV, eQ = head_exponents(V, sv), head_exponents(Q, sq)
+    live = (eV != NO_EXPONENT) & (eQ != NO_EXPONENT)
     eV, eQ = np.where(live, eV, 0), np.where(live, eQ, 0)
     m = (eV - eQ) // 2
     gV = int((eV - m)[live].max()) if live.any() else 0
@@ -223,13 +223,13 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
     for sl in iter_sample_chunks(n_samples, per_sample):
         Xc, Vc, Qc, shift = X[sl], V, Q, head_shift
         # Padding is zero here, so the scales are those of the real tokens.
-        col = _column_abs_max(Xc.reshape(-1, d))
-        units = np.where(col > 0, _exponent(col), 0)
+        col = column_abs_max(Xc.reshape(-1, d))
+        units = np.where(col > 0, exponent(col), 0)
         if units.max(initial=0) - units.min(initial=0) > SAFE_EXPONENT:
             # Coordinates in very different units: each one scaled to its own
             # power of two, the heads in those units (one scale for the
             # sequence could not keep every product inside float64).
-            Xc = _pow2_scale(np.asarray(Xc, dtype=np.float64), -units)
+            Xc = pow2_scale(np.asarray(Xc, dtype=np.float64), -units)
             Vc, Qc, shift = _scaled_heads(V_given, Q_given, units)
         Xc, e = scale_per_sample(Xc, safe=SAFE_EXPONENT)
         if readout == "last":

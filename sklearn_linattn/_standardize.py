@@ -44,10 +44,10 @@ from ._memory import iter_sample_chunks, zero_padding
 from ._spectrum import eigenvalue_tolerance
 from ._units import (
     UnitMaps,
-    _check_finite,
-    _column_abs_max,
-    _exponent,
-    _pow2_scale,
+    check_finite,
+    column_abs_max,
+    exponent,
+    pow2_scale,
 )
 
 __all__ = ["MomentScales", "TokenStandardizer", "scale_per_sample", "sequence_moments",
@@ -195,11 +195,11 @@ class TokenStandardizer(UnitMaps):
             # One product: x_j (2**-e_j W_jk) rounds exactly as (x_j 2**-e_j) W_jk;
             # as one 2-D GEMM (a stacked matmul would be one tiny GEMM per sequence).
             with np.errstate(over="ignore"):
-                return _check_finite(X.reshape(-1, self.d) @ self._matrix, what).reshape(shape)
+                return check_finite(X.reshape(-1, self.d) @ self._matrix, what).reshape(shape)
         if self.exponents.any():
             # Inputs far larger than the training data can leave float64 here.
             with np.errstate(over="ignore"):
-                X = _check_finite(_pow2_scale(X, -self.exponents), what)
+                X = check_finite(pow2_scale(X, -self.exponents), what)
         if self.whitening is not None:
             X = (X.reshape(-1, self.d) @ self.whitening).reshape(shape)
         return X
@@ -284,11 +284,11 @@ def sequence_moments(X, *, check=False):
     if (peak == 0).any():
         # Zero sums of squares are zeros, or squares that underflowed.
         zero = np.flatnonzero(peak == 0)
-        unsafe[zero] = _column_abs_max(X[..., zero].reshape(-1, zero.size)) > 0
+        unsafe[zero] = column_abs_max(X[..., zero].reshape(-1, zero.size)) > 0
     if unsafe.any():
-        col = _column_abs_max(X.reshape(-1, d))
-        e = np.where(col > 0, _exponent(col), 0)
-        Xs = _pow2_scale(X, -e)
+        col = column_abs_max(X.reshape(-1, d))
+        e = np.where(col > 0, exponent(col), 0)
+        Xs = pow2_scale(X, -e)
         S = np.matmul(Xs.transpose(0, 2, 1), Xs)
     return S, e
 
@@ -300,7 +300,7 @@ def moments_exponents(S, e):
     """
     peak = np.diagonal(S, axis1=1, axis2=2).max(axis=0, initial=0.0) if S.shape[0] else (
         np.zeros(S.shape[-1]))
-    return np.where(peak > 0, _exponent(np.sqrt(peak)) + e, _NEVER)
+    return np.where(peak > 0, exponent(np.sqrt(peak)) + e, _NEVER)
 
 
 class MomentScales:
@@ -361,7 +361,7 @@ class MomentScales:
         if S.shape[0] == 0:
             return self
         e_new = np.maximum(self._e, moments_exponents(S, e))
-        ew = 0 if sample_weight is None else int(_exponent(w.max()))
+        ew = 0 if sample_weight is None else int(exponent(w.max()))
         self._rescale(e_new, max(self._ew, ew))
         e_now = np.where(self._e == _NEVER, 0, self._e)
         shift = (e - e_now)[:, None] + (e - e_now)[None, :]
@@ -383,8 +383,8 @@ class MomentScales:
         """Add targets (..., d_out) (zeros at padded positions)."""
         if self._ey is not None and Y is not None:
             Y = np.asarray(Y)
-            m = _column_abs_max(Y.reshape(-1, Y.shape[-1]))
-            self._ey = np.maximum(self._ey, np.where(m > 0, _exponent(m), _NEVER))
+            m = column_abs_max(Y.reshape(-1, Y.shape[-1]))
+            self._ey = np.maximum(self._ey, np.where(m > 0, exponent(m), _NEVER))
         return self
 
     def add_density(self, X, lengths):
@@ -595,7 +595,7 @@ def scale_per_sample(X, safe=None):
     with np.errstate(invalid="ignore"):
         peak = np.fmax(np.fmax.reduce(flat, axis=1, initial=0.0),
                        -np.fmin.reduce(flat, axis=1, initial=0.0))
-    f = _exponent(peak)
+    f = exponent(peak)
     if safe is not None and np.abs(f).max(initial=0) <= safe:
         return X, np.zeros_like(f)
     return np.ldexp(X, -f[:, None, None]), f

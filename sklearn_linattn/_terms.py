@@ -34,7 +34,7 @@ import numpy as np
 
 from ._features import features_matvec
 from ._memory import n_pairs, real_tokens
-from ._units import _check_finite, _ldexp
+from ._units import check_finite, ldexp
 
 __all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms",
            "schur_complement"]
@@ -116,13 +116,13 @@ class LinearTerms:
         skip = np.zeros((d_out, self.d))
         i = 0
         if self.intercept:
-            intercept = _ldexp(beta[0], ey)
+            intercept = ldexp(beta[0], ey)
             i = 1
         if self.skip:
             Wb = beta[i:] if standardizer.whitening is None else standardizer.whitening @ beta[i:]
-            skip = _ldexp(Wb.T, ey[:, None] - standardizer.exponents[None, :])
+            skip = ldexp(Wb.T, ey[:, None] - standardizer.exponents[None, :])
         what = "The intercept and skip coefficients in the data's units"
-        return _check_finite(intercept, what), _check_finite(skip, what)
+        return check_finite(intercept, what), check_finite(skip, what)
 
     def standardized_rows(self, X, lengths, readout, standardizer):
         """Term columns in standardized units: ``[1, x T]`` of every row slot.

@@ -15,7 +15,7 @@ from ._features import fold_coefficients, pair_indices, unfold_coefficients
 __all__ = ["UnitMaps", "max_exponent"]
 
 
-def _exponent(values):
+def exponent(values):
     """Integer e with ``2**e <= |v| < 2**(e + 1)`` elementwise (0 where v == 0)."""
     mantissa, exp = np.frexp(np.asarray(values, dtype=np.float64))
     return np.where(mantissa == 0, 0, exp - 1).astype(np.int64)
@@ -26,13 +26,13 @@ def max_exponent(a, axis=None):
     return np.frexp(np.max(np.abs(a), axis=axis, initial=0.0))[1]
 
 
-def _ldexp(x, e):
-    """``np.ldexp`` whose overflow to inf is reported by :func:`_check_finite`, not warned."""
+def ldexp(x, e):
+    """``np.ldexp`` whose overflow to inf is reported by :func:`check_finite`, not warned."""
     with np.errstate(over="ignore"):
         return np.ldexp(x, e)
 
 
-def _check_finite(values, what):
+def check_finite(values, what):
     """Raise if scaling back overflowed (NaN, e.g. at padded positions, passes)."""
     if np.isinf(values).any():
         raise ValueError(
@@ -42,7 +42,7 @@ def _check_finite(values, what):
     return values
 
 
-def _column_abs_max(A):
+def column_abs_max(A):
     """``np.abs(A).max(axis=0)`` of a 2-D array, fast for few columns.
 
     A reduction over the rows of an (m, d) array with small d runs d lanes
@@ -60,7 +60,7 @@ def _column_abs_max(A):
     return out
 
 
-def _pow2_scale(X, e):
+def pow2_scale(X, e):
     """``X * 2**e`` per last axis, exactly (a product by exact powers of two)."""
     e = np.asarray(e)
     if np.abs(e).max(initial=0) < 1000:  # 2**e is a normal float64: multiply
@@ -93,7 +93,7 @@ class UnitMaps:
                 (-1,) + (1,) * (Y.ndim - 1))
         if not np.any(shift):
             return Y
-        return _check_finite(_ldexp(Y, shift), "The outputs")
+        return check_finite(ldexp(Y, shift), "The outputs")
 
 
     def _feature_exponents(self):
@@ -136,8 +136,8 @@ class UnitMaps:
         if targets and self.y_exponents is not None:
             shift = shift + self.y_exponents[:, None]
         if shift.any():
-            coef = _ldexp(coef.reshape(d_out, -1), shift)
-        return _check_finite(coef, "The coefficients on the data's own units")
+            coef = ldexp(coef.reshape(d_out, -1), shift)
+        return check_finite(coef, "The coefficients on the data's own units")
 
     def coef_from_user(self, coef, *, targets=True):
         """Inverse of :meth:`coef_to_user`."""
@@ -149,12 +149,12 @@ class UnitMaps:
         if targets and self.y_exponents is not None:
             shift = shift - self.y_exponents[:, None]
         if shift.any():
-            coef = _ldexp(coef, shift)
+            coef = ldexp(coef, shift)
         if self.whitening is not None:
             coef = self._blockwise(coef, lambda c: fold_coefficients(self._apply_token_map(
                 unfold_coefficients(c, self.d), self.inverse_whitening)))
             coef = coef.reshape(d_out, -1, self.d) / self.pair_weights[:, None]
-        return _check_finite(coef.reshape(d_out, -1), "The standardized coefficients")
+        return check_finite(coef.reshape(d_out, -1), "The standardized coefficients")
 
     @property
     def inverse_whitening(self):
@@ -191,10 +191,10 @@ class UnitMaps:
         ok = np.isfinite(lv) & np.isfinite(lq)
         m = np.where(ok, np.floor((np.where(ok, lv, 0) - np.where(ok, lq, 0)) / 2), 0)
         m = m.astype(np.int64)
-        V = _ldexp(V, xv[None] - m[:, None, None])
-        Q = _ldexp(Q, xq[None] + m[:, None, None])
-        _check_finite(V, "The value matrices on the data's own units")
-        _check_finite(Q, "The key-query matrices on the data's own units")
+        V = ldexp(V, xv[None] - m[:, None, None])
+        Q = ldexp(Q, xq[None] + m[:, None, None])
+        check_finite(V, "The value matrices on the data's own units")
+        check_finite(Q, "The key-query matrices on the data's own units")
         return V, Q
 
     def heads_from_user(self, V, Q):
@@ -203,14 +203,14 @@ class UnitMaps:
         Q = np.asarray(Q, dtype=np.float64)
         e = self.exponents
         ey = np.zeros(V.shape[1], dtype=np.int64) if self.y_exponents is None else self.y_exponents
-        V = _ldexp(V, (e[None, :] - ey[:, None])[None])
-        Q = _ldexp(Q, (e[:, None] + e[None, :])[None])
+        V = ldexp(V, (e[None, :] - ey[:, None])[None])
+        Q = ldexp(Q, (e[:, None] + e[None, :])[None])
         if self.whitening is not None:
             Wi = self.inverse_whitening
             V = V @ Wi.T
             Q = Wi @ Q @ Wi.T
-        _check_finite(V, "The value matrices in standardized units")
-        _check_finite(Q, "The key-query matrices in standardized units")
+        check_finite(V, "The value matrices in standardized units")
+        check_finite(Q, "The key-query matrices in standardized units")
         return V, Q
 
     def inputs_to_user(self, Z):
@@ -219,5 +219,5 @@ class UnitMaps:
         if self.whitening is not None:
             Z = Z @ self.inverse_whitening
         if self.exponents.any():
-            Z = _ldexp(Z, self.exponents)
-        return _check_finite(Z, "The sequence on the data's own units")
+            Z = ldexp(Z, self.exponents)
+        return check_finite(Z, "The sequence on the data's own units")

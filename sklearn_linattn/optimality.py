@@ -18,8 +18,8 @@ from sklearn.utils.validation import check_is_fitted
 from ._attention import attention_coefficients, decay_blocks, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
-from ._attention import _NO_EXPONENT
-from ._local_certificate import standardized_heads
+from ._attention import NO_EXPONENT
+from ._heads import standardized_heads
 from ._memory import real_tokens
 from ._params import check_head_decays
 from ._units import max_exponent
@@ -392,10 +392,10 @@ def _pow2_sqrt(pair):
 
 
 def _column_exponents(A):
-    """Per output (last axis), the exponent of the largest magnitude; ``_NO_EXPONENT`` if zero."""
+    """Per output (last axis), the exponent of the largest magnitude; ``NO_EXPONENT`` if zero."""
     A = A.reshape(-1, A.shape[-1])
     top = np.max(np.abs(A), axis=0, initial=0.0)
-    return np.where(top > 0, np.frexp(top)[1], _NO_EXPONENT).astype(np.int64)
+    return np.where(top > 0, np.frexp(top)[1], NO_EXPONENT).astype(np.int64)
 
 
 def _mean_products(A, B, rows, total, exponents):
@@ -407,7 +407,7 @@ def _mean_products(A, B, rows, total, exponents):
     d_out = A.shape[-1]
     A, B, w = A.reshape(-1, d_out), B.reshape(-1, d_out), rows.reshape(-1)
     ka, kb = _column_exponents(A), _column_exponents(B)
-    ka, kb = np.where(ka == _NO_EXPONENT, 0, ka), np.where(kb == _NO_EXPONENT, 0, kb)
+    ka, kb = np.where(ka == NO_EXPONENT, 0, ka), np.where(kb == NO_EXPONENT, 0, kb)
     m = np.einsum("r,ra,ra->a", w, np.ldexp(A, -ka), np.ldexp(B, -kb)) / total
     return _pow2_sum(m, ka + kb + exponents)
 
@@ -487,7 +487,7 @@ def _head_outputs(st, ey, Xs, lengths, readout, V, Q, decays=None):
     (at most 1; heads 2**1074 below the largest vanish, far below rounding).
     """
     Vs, Qs, c = standardized_heads(st, V, Q, ey)
-    top = int(c.max()) if c.size and c.max() != _NO_EXPONENT else 0
+    top = int(c.max()) if c.size and c.max() != NO_EXPONENT else 0
     Vw = np.ldexp(Vs, np.maximum(c - top, -2 * _HUGE_EXPONENT)[:, None, None])
     return mhla_forward(Xs, Vw, Qs, lengths, readout=readout, decays=decays), top
 
@@ -734,8 +734,8 @@ def _measures(compared, optimum, Xv, lengths, Y, w):
     # One exponent per output above every part: each part scaled to at most 2.
     parts = [_column_exponents(F_heads) + top, _column_exponents(F_terms),
              _column_exponents(F_opt), _column_exponents(Ys)]
-    D = np.max(np.maximum(parts, _NO_EXPONENT), axis=0)
-    D = np.where(D <= _NO_EXPONENT // 2, 0, D)
+    D = np.max(np.maximum(parts, NO_EXPONENT), axis=0)
+    D = np.where(D <= NO_EXPONENT // 2, 0, D)
     F = np.ldexp(F_heads, top - D) + np.ldexp(F_terms, -D)
     Fo, Yd = np.ldexp(F_opt, -D), np.ldexp(Ys, -D)
     delta, model_residual = F - Fo, Yd - F

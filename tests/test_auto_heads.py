@@ -31,7 +31,7 @@ from sklearn_linattn import (
     mhla_forward,
     same_function,
 )
-from sklearn_linattn import _model
+from sklearn_linattn._heads import _selection
 from sklearn_linattn._features import n_attention_features
 from sklearn_linattn.datasets import make_random_mhla
 
@@ -186,11 +186,11 @@ def stub_search(n_svd, needed, material_also=()):
     def heads(k):
         calls.append(k)
         material = k < needed or k in material_also
-        return _model._Heads(V=k, Q=None, residual=float(material), excess=float(material),
+        return _selection._Heads(V=k, Q=None, residual=float(material), excess=float(material),
                              local=None)
 
-    svd = _model._Heads(V=n_svd, Q=None, residual=0.0, excess=0.0, local=None)
-    chosen = _model._fewest_heads(n_svd, heads, lambda excess: excess > 0.5, svd,
+    svd = _selection._Heads(V=n_svd, Q=None, residual=0.0, excess=0.0, local=None)
+    chosen = _selection._fewest_heads(n_svd, heads, lambda excess: excess > 0.5, svd,
                                   lambda message: None)
     return chosen.V, calls
 
@@ -222,12 +222,12 @@ def test_dask_cg_judges_by_the_upper_bound(monkeypatch):
     dask = pytest.importorskip("dask")
     judges = []
 
-    class Recording(_model.CompressionJudge):
+    class Recording(_selection.CompressionJudge):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             judges.append(self)
 
-    monkeypatch.setattr(_model, "CompressionJudge", Recording)
+    monkeypatch.setattr(_selection, "CompressionJudge", Recording)
     X, y, V, Q = teacher(3, 2, 8, factor=3)
     y = y + 0.1 * np.std(y) * np.random.default_rng(8).standard_normal(y.shape)
     with dask.config.set(scheduler="synchronous"):

@@ -20,8 +20,8 @@ from sklearn_linattn import (
     mhla_forward,
 )
 from sklearn_linattn._features import n_attention_features
-from sklearn_linattn._head_rows import _training_rows
-from sklearn_linattn._local_certificate import _coefficient_jacobian
+from sklearn_linattn._heads._bilinear import _training_data
+from sklearn_linattn._heads._local import _coefficient_jacobian
 
 N_TOKENS = 10
 
@@ -110,7 +110,7 @@ def test_rows_model_and_jacobians_match_loop_references():
     lengths = ref_lengths(X)
     for readout in ("last", "all"):
         y = mhla_forward(X, V, Q, readout=readout)
-        rows = _training_rows(X, y, readout, None)
+        rows = _training_data(X, y, readout, None)
         Vs, Qs = rows.to_standard(V, Q)
         ref = ref_forward(X, lengths, V, Q, readout)
         ref = ref if readout == "last" else ref.reshape(-1, 2)
@@ -309,11 +309,11 @@ def test_regressor_fits_few_heads_directly_below_psi(readout, tmp_path):
 
 
 def test_fit_heads_refuses_jacobians_beyond_the_memory_budget(monkeypatch):
-    from sklearn_linattn import _head_rows
+    from sklearn_linattn._heads import _bilinear
 
     rng, V, Q = generator(1, 4, 1)
     X = sequences(rng, 30, 4)
-    monkeypatch.setattr(_head_rows, "resolve_budget", lambda budget: 1000.0)
+    monkeypatch.setattr(_bilinear, "resolve_budget", lambda budget: 1000.0)
     with pytest.raises(ValueError, match="fit_heads needs about .* GiB for the Jacobians"):
         fit_heads(X, mhla_forward(X, V, Q), 1)
     with pytest.raises(ValueError, match="certify_heads_locally needs about .* GiB"):
@@ -325,12 +325,13 @@ def test_regressor_keeps_the_compression_when_a_direct_fit_would_be_too_large(mo
 
     from sklearn.exceptions import ConvergenceWarning
 
-    from sklearn_linattn import LinearAttentionRegressor, _model
+    from sklearn_linattn import LinearAttentionRegressor
+    from sklearn_linattn._heads import _selection
 
     rng, V, Q = generator(1, 6, 1)
     X = sequences(rng, 60, 6)
     y = mhla_forward(X, V, Q)[:, 0]
-    monkeypatch.setattr(_model, "DIRECT_FIT_WORK", 1.0)
+    monkeypatch.setattr(_selection, "DIRECT_FIT_WORK", 1.0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = LinearAttentionRegressor(n_heads=1, random_state=0).fit(X, y)

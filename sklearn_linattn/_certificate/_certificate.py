@@ -13,7 +13,7 @@ import scipy.sparse
 from .._features import attention_features, prefix_features, sparse_feature_rows
 from .._memory import iter_sample_chunks, real_tokens
 from .._standardize import TokenStandardizer, scale_per_sample
-from .._units import _ldexp
+from .._units import ldexp
 from .._validation import check_sequences
 from .._params import check_number
 from ._rowspace import row_space_from_solution
@@ -442,9 +442,9 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         E = terms.terms.standardized_rows(X, lengths, self.readout, self.standardization)
         E = E[:, None, :] if self.readout == "last" else E
         with np.errstate(over="ignore", invalid="ignore"):
-            R = terms.residuals(E, _ldexp(H, 3 * f[:, None, None]))
+            R = terms.residuals(E, ldexp(H, 3 * f[:, None, None]))
             lev_terms = terms.leverage(R)
-            lev = lev + _ldexp(lev_terms, -6 * f[:, None])
+            lev = lev + ldexp(lev_terms, -6 * f[:, None])
         cov = row_cov & terms.covered(R)
         if self.readout == "all":  # padded rows have no term columns
             pad = ~real_tokens(lengths, X.shape[1])

@@ -7,7 +7,7 @@ import scipy.linalg
 
 from .._spectrum import eigenvalue_tolerance
 from .._standardize import TokenStandardizer
-from .._units import _exponent
+from .._units import exponent
 
 __all__ = ["SpectralSolution", "coef_from_gram", "coef_from_spectrum", "dense_solution",
            "ridge_penalty", "spectral_inverse", "zero_design_solution"]
@@ -87,6 +87,10 @@ class SpectralSolution:
         ``gram_product(V)``: exact products ``G V`` (V of shape (psi, k)),
         for a solver that keeps no representation of G (in-memory ``"cg"``);
         holds the solver's row cache, so the fit drops it when done.
+    coef_accuracy : float or None
+        Relative accuracy of ``coef`` when the solver stops at a tolerance
+        (``"cg"``: its ``tol`` times the square root of the condition
+        number); None for direct solvers, exact to rounding.
     """
 
     coef: np.ndarray | None
@@ -112,6 +116,7 @@ class SpectralSolution:
     gram_coef: np.ndarray | None = None
     normal_residual: np.ndarray | None = None
     gram_product: object = None
+    coef_accuracy: float | None = None
 
 
 def coef_from_spectrum(w, U, moment, alpha, tol):
@@ -167,7 +172,7 @@ def coef_from_gram(G, moment, ridge):
     triangle of G is read (zeros above it are fine).
     """
     top = max(float(np.abs(G).max(initial=0.0)), ridge, np.finfo(np.float64).tiny)
-    m = int(_exponent(top))
+    m = int(exponent(top))
     M = np.ldexp(G, -m)
     M[np.diag_indices_from(M)] += np.ldexp(ridge, -m)
     b = np.ldexp(moment, -m)

@@ -299,6 +299,10 @@ def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
         gram_coef = op.matmat_exact(coef.T)
         residual = setup["b"].T - gram_coef
     identifiable = ext["lambda_min"] - ext["error"] > ext["tol"]
+    # Stopped at tol, the coefficients are that far from the minimizer, times
+    # the square root of the condition number.
+    floor = ext["lambda_min"] - ext["error"]
+    accuracy = tol * np.sqrt(ext["lambda_max"] / floor) if floor > 0 else None
     if identifiable:
         rank = op.psi
     else:
@@ -321,4 +325,5 @@ def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
         diagnostics=ext.get("diagnostics"),
         gram_coef=gram_coef,
         normal_residual=residual,
+        coef_accuracy=accuracy,
     )

@@ -5,12 +5,12 @@ import functools
 import numpy as np
 import scipy.linalg
 
-from ._attention import _NO_EXPONENT, _head_exponents
-from ._features import pair_indices
-from ._head_rows import _EPS, _Rows, _balance, _check_jacobian_memory, _validated
-from ._heads import _key_query_design, _value_design
-from ._standardize import standardizer_for
-from ._validation import check_heads
+from .._attention import NO_EXPONENT, head_exponents
+from .._features import pair_indices
+from .._standardize import standardizer_for
+from .._validation import check_heads
+from ._bilinear import _EPS, BilinearData, _check_jacobian_memory, _validated
+from ._compression import _coef_map_of_key_queries, _coef_map_of_values, balance
 
 __all__ = ["LocalCertificate", "certify_heads_locally", "standardized_heads"]
 
@@ -187,9 +187,9 @@ def _rank_tolerance(s, shape):
 def _coefficient_jacobian(V, Q):
     """J_p: rows (a, p, l) of the folded coefficients, columns V then Q flattened."""
     n_heads, d_out, d = V.shape
-    B = _key_query_design(V[None])[0]  # (d_out * P, n_heads * d): rows (a, p), cols (h, c)
+    B = _coef_map_of_key_queries(V[None])[0]  # (d_out * P, n_heads * d): rows (a, p), cols (h, c)
     JQ = np.einsum("xy,lm->xlym", B, np.eye(d)).reshape(B.shape[0] * d, -1)
-    A = _value_design(Q[None])[0]  # (P, d, n_heads, d): A[p, l, h, c]
+    A = _coef_map_of_values(Q[None])[0]  # (P, d, n_heads, d): A[p, l, h, c]
     JV = np.einsum("plhc,ab->aplhbc", A, np.eye(d_out)).reshape(B.shape[0] * d, -1)
     return np.hstack([JV, JQ])
 
@@ -259,7 +259,7 @@ def standardized_heads(st, V, Q, y_exponents=None):
     Returns ``(V_s, Q_s, c)``: the function on standardized tokens (outputs
     in units of ``2**y_exponents``, or unscaled) has the heads ``2**c[h]
     V_s[h]`` and ``Q_s[h]``, the entries of V_s and Q_s at most 1 before the
-    whitening; ``c[h]`` is ``_NO_EXPONENT`` for a zero head (V_h or Q_h
+    whitening; ``c[h]`` is ``NO_EXPONENT`` for a zero head (V_h or Q_h
     zero), which comes back zero.  Each entry is scaled by one power of two
     (the units of its coordinates and output, and its head's own), so
     nothing over- or underflows whatever the units or the heads' balance.
@@ -268,8 +268,8 @@ def standardized_heads(st, V, Q, y_exponents=None):
     ey = np.zeros(V.shape[1], dtype=np.int64) if y_exponents is None else y_exponents
     sv = e[None, :] - ey[:, None]  # V[h, a, j] * 2**(e_j - ey_a)
     sq = e[:, None] + e[None, :]  # Q[h, k, l] * 2**(e_k + e_l)
-    mv, mq = _head_exponents(V, sv), _head_exponents(Q, sq)
-    live = (mv != _NO_EXPONENT) & (mq != _NO_EXPONENT)
+    mv, mq = head_exponents(V, sv), head_exponents(Q, sq)
+    live = (mv != NO_EXPONENT) & (mq != NO_EXPONENT)
     mv, mq = np.where(live, mv, 0), np.where(live, mq, 0)
     # A head with one zero factor is zero: cleared before scaling, which could overflow.
     Vs = np.ldexp(V * live[:, None, None], sv[None] - mv[:, None, None])
@@ -277,7 +277,7 @@ def standardized_heads(st, V, Q, y_exponents=None):
     if st.whitening is not None:
         Wi = st.inverse_whitening
         Vs, Qs = Vs @ Wi.T, Wi @ Qs @ Wi.T
-    return Vs, Qs, np.where(live, mv + mq, _NO_EXPONENT).astype(np.int64)
+    return Vs, Qs, np.where(live, mv + mq, NO_EXPONENT).astype(np.int64)
 
 
 def _standard_heads(st, V, Q):
@@ -288,7 +288,7 @@ def _standard_heads(st, V, Q):
     it is degenerate either way).
     """
     Vs, Qs, c = standardized_heads(st, V, Q)
-    live = c != _NO_EXPONENT
+    live = c != NO_EXPONENT
     rel = np.where(live, c - (c[live].max() if live.any() else 0), 0)
     half = rel // 2
     return (np.ldexp(Vs, half[:, None, None]),
@@ -306,15 +306,15 @@ def _local_certificate(X, lengths, readout, weight, V, Q, what=None):
     d_out = V.shape[1]
     # The rows need targets only for their scale, which ranks do not see.
     Y = np.ones((n_samples, d_out) if readout == "last" else (n_samples, n_tokens, d_out))
-    # Whitened tokens have unit root mean square, where _Rows' powers of two
+    # Whitened tokens have unit root mean square, where BilinearData's powers of two
     # would flip between 2**-1 and 2**0 with rounding, scaling coordinates
     # unequally; at 1.5 times that they are all 2**0 (a uniform scale, which
     # no rank sees).
-    rows = _Rows(1.5 * st.transform(X), lengths, Y, readout, st.transform_weights(weight))
+    rows = BilinearData(1.5 * st.transform(X), lengths, Y, readout, st.transform_weights(weight))
     if what is not None:
         _check_jacobian_memory(what, rows, V.shape[0])
     Vs, Qs = rows.to_standard(*_standard_heads(st, V, Q))
-    return _certificate(rows, *_balance(Vs, Qs), eps_in=eps_in)
+    return _certificate(rows, *balance(Vs, Qs), eps_in=eps_in)
 
 
 def certify_heads_locally(X, V, Q, *, readout="last", sample_weight=None):

@@ -25,17 +25,11 @@ import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from ._head_rows import (
-    _EPS,
-    _Rows,
-    _balance,
-    _check_jacobian_memory,
-    _validated,
-)
-from ._heads import heads_from_coefficients
-from ._local_certificate import _certificate, _local_certificate
-from ._memory import single_blas_thread
-from ._params import check_number, validate_random_state
+from .._memory import single_blas_thread
+from .._params import check_number, validate_random_state
+from ._bilinear import _EPS, BilinearData, _check_jacobian_memory, _validated
+from ._compression import balance, heads_from_coefficients
+from ._local import _certificate, _local_certificate
 
 __all__ = ["HeadsFit", "fit_heads", "fit_standardized_heads"]
 
@@ -57,14 +51,14 @@ def _unflatten(theta, n_heads, d_out, d):
 
 
 def _value_step(rows, Q):
-    W = scipy.linalg.lstsq(rows.value_design(Q), rows.Y * rows.sqrt_w[:, None],
+    W = scipy.linalg.lstsq(rows.output_map_of_values(Q), rows.Y * rows.sqrt_w[:, None],
                            lapack_driver="gelsd")[0]
     return W.reshape(Q.shape[0], rows.d, rows.d_out).transpose(0, 2, 1)
 
 
 def _key_query_step(rows, V):
     target = (rows.Y * rows.sqrt_w[:, None]).ravel()
-    q = scipy.linalg.lstsq(rows.key_query_design(V), target, lapack_driver="gelsd")[0]
+    q = scipy.linalg.lstsq(rows.output_map_of_key_queries(V), target, lapack_driver="gelsd")[0]
     return q.reshape(V.shape[0], rows.d, rows.d)
 
 
@@ -103,7 +97,7 @@ def _fit_from(rows, V, Q, max_iter, tol, norm2):
         if mode == "als":
             Q_new = _key_query_step(rows, V)
             V_new = _value_step(rows, Q_new)
-            V_new, Q_new = _balance(V_new, Q_new)
+            V_new, Q_new = balance(V_new, Q_new)
             r = rows.weighted_residual(V_new, Q_new)
             f_new = float(np.sum(r * r))
             if f_new <= f:
@@ -113,7 +107,7 @@ def _fit_from(rows, V, Q, max_iter, tol, norm2):
             f = min(f, f_new)
             continue
         V, Q, f_new, mu, moved = _lm_step(rows, V, Q, f, mu)
-        V, Q = _balance(V, Q)
+        V, Q = balance(V, Q)
         stationary = not moved or f - f_new <= _STATIONARY * f
         f = f_new
         if stationary:
@@ -305,7 +299,7 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
         raise TypeError(f"certify must be True or False; got {certify!r}.")
     rng = validate_random_state(random_state)
     X, lengths, Y, w = _validated(X, y, readout, sample_weight)
-    rows = _Rows(X.astype(np.float64, copy=False), lengths, Y, readout, w)
+    rows = BilinearData(X.astype(np.float64, copy=False), lengths, Y, readout, w)
     _check_jacobian_memory("fit_heads", rows, n_heads)
     with _threads(rows, n_heads):
         V, Q, n_iter, n_starts = _search(rows, n_heads, n_init, max_iter, tol, rng)
@@ -349,7 +343,7 @@ def _search(rows, n_heads, n_init, max_iter, tol, rng, name="fit_heads"):
             "worse than they can. Increase max_iter.",
             ConvergenceWarning,
         )
-    V, Q = _balance(V, Q)
+    V, Q = balance(V, Q)
     return V, Q, n_iter, n_starts
 
 
@@ -368,7 +362,7 @@ def fit_standardized_heads(rows, n_heads, pair_weights, *, random_state=None, dt
         Judged in the same coordinates.
     """
     rng = validate_random_state(random_state)
-    std_rows = _Rows.standardized(rows, pair_weights)
+    std_rows = BilinearData.standardized(rows, pair_weights)
     with _threads(std_rows, n_heads):
         V, Q, _, _ = _search(std_rows, n_heads, 30, 300, 1e-12, rng)
         eps_in = max(_EPS, float(np.finfo(dtype).eps)) if np.dtype(dtype).kind == "f" else _EPS

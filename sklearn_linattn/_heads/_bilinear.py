@@ -1,4 +1,4 @@
-"""The training rows of a few-head fit and of its local certificate.
+"""The data of a few-head fit and of its local certificate, and the bilinear model on them.
 
 One row r per sequence (readout ``"last"``) or per real position (``"all"``):
 the second moment ``S_r`` of the tokens up to it, unfolded (d x d), the row's
@@ -9,24 +9,24 @@ model ``y_r = sum_h V_h S_r Q_h x_r`` on them and its designs and Jacobian.
 
 import numpy as np
 
-from ._features import pair_indices
-from ._memory import real_tokens, resolve_budget
-from ._units import _exponent, max_exponent
-from ._validation import (
+from .._features import pair_indices
+from .._memory import real_tokens, resolve_budget
+from .._units import exponent, max_exponent
+from .._validation import (
     check_readout,
     check_sample_weight,
     check_sequences,
     check_targets,
 )
 
-__all__ = ["fit_heads_memory", "fit_heads_work"]
+__all__ = ["BilinearData", "fit_heads_memory", "fit_heads_work"]
 
 _EPS = np.finfo(np.float64).eps
 # Largest feature matrix (entries) built for the minimum-norm start.
 _MAX_START_ENTRIES = 2**24
 
 
-class _Rows:
+class BilinearData:
     """Standardized training rows: moments S (R, d, d), queries x (R, d), targets, weights.
 
     Tokens are scaled per coordinate, targets per output, by the powers of two
@@ -43,7 +43,7 @@ class _Rows:
             rms = np.sqrt(np.average(tokens**2, axis=0, weights=w_tok))
         else:
             rms = np.sqrt(np.mean(tokens**2, axis=0))
-        self.token_exp = _exponent(rms)
+        self.token_exp = exponent(rms)
         Xs = np.ldexp(X, -self.token_exp)
         if readout == "last":
             self.S = np.matmul(Xs.transpose(0, 2, 1), Xs)
@@ -57,7 +57,7 @@ class _Rows:
         self.S, self.x, Yr, w = self.S[keep], self.x[keep], Yr[keep], w[keep]
         rms_y = np.sqrt(np.average(Yr**2, axis=0, weights=w)) if w.size else np.zeros(
             Yr.shape[1])
-        self.target_exp = _exponent(rms_y)
+        self.target_exp = exponent(rms_y)
         self.Y = np.ldexp(Yr, -self.target_exp)
         self.sqrt_w = np.sqrt(w)
         self.n_rows, self.d_out, self.d = Yr.shape[0], Yr.shape[1], d
@@ -110,12 +110,12 @@ class _Rows:
     def weighted_residual(self, V, Q):
         return (self.Y - self.predict(V, Q)) * self.sqrt_w[:, None]
 
-    def value_design(self, Q):
+    def output_map_of_values(self, Q):
         """Weighted design of the value step: (R, n_heads * d), columns (h, j)."""
         u = self.contexts(Q)
         return u.reshape(self.n_rows, -1) * self.sqrt_w[:, None]
 
-    def key_query_design(self, V):
+    def output_map_of_key_queries(self, V):
         """Weighted design of the key-query step: rows (r, a), columns (h, k, l)."""
         VS = np.einsum("haj,rjk->rahk", V, self.S)
         B = VS[..., None] * self.x[:, None, None, None, :]
@@ -127,7 +127,7 @@ class _Rows:
         u = self.contexts(Q) * self.sqrt_w[:, None, None]
         JV = np.einsum("rhj,ab->rahbj", u, np.eye(self.d_out))
         JV = JV.reshape(self.n_rows * self.d_out, -1)
-        return np.hstack([JV, self.key_query_design(V)])
+        return np.hstack([JV, self.output_map_of_key_queries(V)])
 
     def features(self):
         """Weighted standardized feature rows (R, psi), or None when too large."""
@@ -147,14 +147,6 @@ def _balance_pow2(V, Q):
     return np.ldexp(V, -m[:, None, None]), np.ldexp(Q, m[:, None, None])
 
 
-def _balance(V, Q):
-    """Each head rescaled so that ||V_h|| = ||Q_h|| (the same function)."""
-    nv = np.linalg.norm(V.reshape(V.shape[0], -1), axis=1)
-    nq = np.linalg.norm(Q.reshape(Q.shape[0], -1), axis=1)
-    c = np.where((nv > 0) & (nq > 0), np.sqrt(nq / np.where(nv > 0, nv, 1.0)), 1.0)
-    return V * c[:, None, None], Q / c[:, None, None]
-
-
 def _validated(X, y, readout, sample_weight, *, heads_d=None, task="fit"):
     """Validated sequences, lengths, targets (None without y) and weights (ones for None)."""
     check_readout(readout)
@@ -170,9 +162,9 @@ def _validated(X, y, readout, sample_weight, *, heads_d=None, task="fit"):
     return X, lengths, Y, w
 
 
-def _training_rows(X, y, readout, sample_weight, heads_d=None):
+def _training_data(X, y, readout, sample_weight, heads_d=None):
     X, lengths, Y, w = _validated(X, y, readout, sample_weight, heads_d=heads_d)
-    return _Rows(X.astype(np.float64, copy=False), lengths, Y, readout, w)
+    return BilinearData(X.astype(np.float64, copy=False), lengths, Y, readout, w)
 
 
 def fit_heads_memory(n_rows, d, d_out, n_heads):

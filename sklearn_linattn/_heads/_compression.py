@@ -14,15 +14,16 @@ import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from ._attention import attention_coefficients
-from ._features import n_attention_features, pair_indices, unfold_coefficients
-from ._memory import n_pairs, single_blas_thread
-from ._units import max_exponent
-from ._validation import as_real_array
-from ._params import check_number, validate_random_state
+from .._attention import attention_coefficients
+from .._features import n_attention_features, pair_indices, unfold_coefficients
+from .._memory import n_pairs, single_blas_thread
+from .._units import max_exponent
+from .._validation import as_real_array
+from .._params import check_number, validate_random_state
 
-__all__ = ["CompressionJudge", "block_heads", "compress_heads", "heads_from_coefficients",
+__all__ = ["balance", "block_heads", "compress_heads", "heads_from_coefficients",
            "joined_heads"]
+
 
 def _check_coef(coef, d):
     """Validated float64 coefficients of shape (d_out, psi) and the int d."""
@@ -193,7 +194,7 @@ def _pair_selectors(d):
     return j, k, eye[j], eye[k], (j != k).astype(np.float64)
 
 
-def _key_query_design(V):
+def _coef_map_of_key_queries(V):
     """B with ``coef[a, p, l] = sum_(h, c) B[(a, p), (h, c)] Q[h, c, l]``, per start.
 
     V has shape (n_starts, n_heads, d_out, d); B (n_starts, d_out * n_pairs, n_heads * d).
@@ -206,7 +207,7 @@ def _key_query_design(V):
     return B.reshape(n_starts, d_out * j.size, n_heads * d)
 
 
-def _value_design(Q):
+def _coef_map_of_values(Q):
     """A with ``coef[a, p, l] = sum_(h, c) A[p, l, h, c] V[h, a, c]``, per start.
 
     Q has shape (n_starts, n_heads, d, d); A (n_starts, n_pairs, d, n_heads, d).
@@ -232,7 +233,7 @@ def _project(V, target):
     (zero columns for dropped singular values), Q as (n_starts, n_heads * d, d)
     and the residual (n_starts, d_out * n_pairs, d).
     """
-    B = _key_query_design(V)
+    B = _coef_map_of_key_queries(V)
     U, s, Wt = np.linalg.svd(B, full_matrices=False)
     # B is rank deficient by construction for one output (Q_1 += v_2 t^T,
     # Q_2 -= v_1 t^T changes nothing): drop those directions.
@@ -285,7 +286,7 @@ def _varpro(V, target, max_iter):
         act = np.flatnonzero(active)
         if act.size == 0:
             break
-        A = _value_design(Qm[act].reshape(-1, n_heads, d, d))
+        A = _coef_map_of_values(Qm[act].reshape(-1, n_heads, d, d))
         JtJ, rhs = _normal_equations(A, U[act], E[act], d_out)
         scale = np.einsum("sii->s", JtJ) / n + np.finfo(np.float64).tiny
         damped = JtJ + (mu[act] * scale)[:, None, None] * np.eye(n)
@@ -406,7 +407,7 @@ def _auto_n_init(d_out, d, n_heads, max_iter):
     return int(np.clip(1.0 / (max_iter * seconds), 10, 500))
 
 
-def _balance(V, Q):
+def balance(V, Q):
     """Rescale each head so that ||V_h|| == ||Q_h|| (same function)."""
     nv = np.linalg.norm(V.reshape(len(V), -1), axis=1)
     nq = np.linalg.norm(Q.reshape(len(Q), -1), axis=1)
@@ -554,7 +555,7 @@ def compress_heads(
         # Small dense problems: BLAS threads only add synchronisation (on a busy
         # machine spinning threads made the old alternating search 100x slower).
         V, Q, n_starts = _search(c, d, n_heads, tol * norm, max_iter, n_init, rng)
-    V, Q = _balance(V, Q)
+    V, Q = balance(V, Q)
     residual = float(np.linalg.norm(attention_coefficients(V, Q) - c) / norm)
     half = shift // 2
     V, Q = np.ldexp(V, half), np.ldexp(Q, shift - half)
@@ -622,159 +623,3 @@ def _search(c, d, n_heads, abs_tol, max_iter, n_init, rng):
         if f[0] < best_f:
             best_V, best_Q = V[0], Q[0]
     return best_V, best_Q, n_done
-
-
-class CompressionJudge:
-    """Whether compressed heads fit the training data materially worse than the optimum.
-
-    The compression matches coefficients; what matters is the fit.  The
-    excess empirical risk of coefficients c over the unconstrained minimizer
-    c* is exactly ``(c - c*)^T Lambda_D (c - c*)``, and the minimizer's own
-    residual risk is ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the
-    standardized units; with intercept or skip terms, which the compression
-    keeps, the joint fit's residual ``residual_sq``).  On noisy data even the
-    right number of heads raises the training risk: the unconstrained fit
-    spends its p = rank * d_out degrees of freedom on the noise too, about
-    ``p / (N - p)`` of R* more than a smaller model containing the truth (N
-    feature rows), and the
-    compression minimises the coefficients' Euclidean distance, not this risk
-    (measured: up to 4 times that on Gaussian designs with the generator's
-    head count).  A compression is material when its excess risk exceeds
-    ``max(0.01, 6 p / (N - p))`` times R*, plus ``(1e-8)**2`` of the explained
-    energy ``c*^T Lambda_D c*``: worse than the data's own noise explains, or,
-    on exact data, a visible change of the function.
-
-    ``Lambda_D`` enters through the row space's quadratic form; a solver that
-    keeps none (``"cg"``) gives products with the Gram matrix instead, or, on
-    dask input, the moment ``Phi^T W Y`` (the explained energy ``c*^T b / W``)
-    and its extreme eigenvalues, which bound the excess: a compression is then
-    judged material unless its upper bound proves otherwise.
-
-    Parameters
-    ----------
-    coef : ndarray of shape (d_out, psi)
-        The unconstrained standardized coefficients c*.
-    spectrum : RowSpace
-        ``quadratic``, ``lambda_max``, ``lambda_min``, ``lambda_min_error``
-        and ``rank`` of ``Lambda_D``.
-    counts : RowCounts
-        ``n_rows``, ``weight_sum`` and the targets' ``y_sq``.
-    pair_weights : ndarray of shape (P,)
-        Weights of the folded moments in the standardized features.
-    n_outputs : int or None
-        Real outputs (targets beyond are term columns).
-    gram : callable or None
-        ``gram(V)``: exact products ``G V`` (V of shape (psi, k)).
-    moment : ndarray of shape (psi, d_out) or None
-        ``Phi^T W Y`` of the real outputs.
-    accuracy : float or None
-        Relative accuracy of c* when the solver is iterative (its stopping
-        tolerance times the square root of the condition number): c* itself
-        is then that far from the exact minimizer, and the "visible change"
-        allowance is at least its square times the explained energy.
-    residual_sq : ndarray of shape (n_outputs,) or None
-        Weighted sums of squared residuals of the fit, when the targets'
-        energy less the explained one is not R*: with intercept or skip
-        terms, which explain part of the targets' energy (the compression
-        keeps them, so the excess is still the quadratic form above).
-    """
-
-    _NOISE_FRACTION = 1e-2
-    _NOISE_DOF = 6.0
-    _EXACT_RELATIVE = 1e-8
-
-    def __init__(self, coef, spectrum, counts, *, pair_weights, n_outputs=None, gram=None,
-                 moment=None, accuracy=None, residual_sq=None):
-        self.spectrum, self.coef, self.gram = spectrum, coef, gram
-        self.exact_relative = max(self._EXACT_RELATIVE, 0.0 if accuracy is None else accuracy)
-        self.pair_weights = np.asarray(pair_weights, dtype=np.float64)
-        dof = spectrum.rank * coef.shape[0]
-        spare = counts.n_rows * coef.shape[0] - dof
-        self.noise_fraction = max(self._NOISE_FRACTION,
-                                  self._NOISE_DOF * dof / spare if spare > 0 else 0.0)
-        self.W = counts.weight_sum if counts.weight_sum > 0 else float(counts.n_rows)
-        # Targets beyond n_outputs are the term columns of fit_intercept / fit_skip.
-        self.y_energy = (float(np.sum(counts.y_sq[:n_outputs])) / self.W
-                         if counts.y_sq is not None else 0.0)
-        self.lambda_min_lower = max(spectrum.lambda_min - spectrum.lambda_min_error, 0.0)
-        q = self._quadratic(coef)
-        self.exact = q is not None
-        if q is not None:
-            self.explained = float(np.sum(q))
-        elif moment is not None:  # c*^T G c* = c*^T b at the minimizer
-            self.explained = max(float(np.sum(coef * np.asarray(moment).T)) / self.W, 0.0)
-        else:  # lower bound of the explained energy: lambda_min ||c||^2
-            self.explained = self.lambda_min_lower * float(np.sum(coef**2))
-        if residual_sq is not None:
-            self.residual_risk = max(float(np.sum(residual_sq[:n_outputs])) / self.W, 0.0)
-        else:
-            self.residual_risk = max(self.y_energy - self.explained, 0.0)
-
-    def _quadratic(self, C):
-        """``c^T Lambda_D c`` per row of C, or None when neither a form nor products exist."""
-        C = np.atleast_2d(C)
-        q = self.spectrum.quadratic(C)
-        if q is None and self.gram is not None:
-            q = np.einsum("kp,pk->k", C, self.gram(C.T)) / self.W
-        return q
-
-    def _folded(self, coef):
-        """Coefficients of the features -> folded coefficients (pair weights applied)."""
-        shape = coef.shape
-        return (coef.reshape(shape[0], self.pair_weights.size, -1)
-                * self.pair_weights[:, None]).reshape(shape)
-
-    def _allowed(self):
-        return (self.noise_fraction * self.residual_risk
-                + self.exact_relative**2 * self.explained)
-
-    def tolerance(self):
-        """A relative coefficient residual below which the compression cannot be material.
-
-        ``||c - c*||^2 lambda_max`` bounds the excess risk, and the folded
-        coefficients the compression matches are at least as large as the
-        standardized ones (pair weights >= 1).
-        """
-        top = self.spectrum.lambda_max
-        norm2 = float(np.sum(self._folded(self.coef) ** 2))
-        if top <= 0 or norm2 <= 0:
-            return 1e-10
-        return max(1e-10, float(np.sqrt(self._allowed() / (top * norm2))))
-
-    def excess(self, V, Q):
-        """Excess empirical risk of standardized heads (V, Q) over the unconstrained fit."""
-        return self.excess_of(attention_coefficients(V, Q))
-
-    def excess_of(self, folded):
-        """Excess empirical risk of folded coefficients (d_out, psi) over the unconstrained fit."""
-        pw = self.pair_weights[:, None]
-        delta = (folded.reshape(folded.shape[0], pw.shape[0], -1) / pw).reshape(
-            folded.shape) - self.coef
-        q = self._quadratic(delta) if self.exact else None
-        if q is not None:
-            return float(np.sum(q))
-        # Bounded only: judged by the upper bound, so that nothing material passes.
-        return self.spectrum.lambda_max * float(np.sum(delta**2))
-
-    def is_material(self, excess):
-        """Whether an excess risk (:meth:`excess`) is more than the data's noise explains."""
-        return excess > self._allowed()
-
-    def warn_if_material(self, excess, n_heads, per_decay=None):
-        """Warn when an excess risk is material; ``per_decay``: the head count of each decay."""
-        if self.is_material(excess):
-            ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
-            heads = "head" if n_heads == 1 else "heads"
-            what = f"n_heads={n_heads} {heads}"
-            if per_decay is not None:
-                what = (f"{n_heads} {heads} ({', '.join(map(str, per_decay))} per decay, in "
-                        "the order of decay)")
-            warnings.warn(
-                f"compressing to {what} raises the training error: the "
-                f"excess empirical risk is {ratio:.3g} times the risk of the unconstrained "
-                f"fit (more than the {self.noise_fraction:.3g} the data's own noise explains), "
-                f"so {n_heads} {heads} may not be enough to compute the fitted function; "
-                "increase n_heads or use n_heads=None (compression_residual_ holds the "
-                "relative coefficient residual).",
-                ConvergenceWarning,
-            )

@@ -1,0 +1,17 @@
+"""Attention heads: from coefficients, compressed, fitted directly, certified locally, chosen.
+
+``_compression`` (heads by SVD, compression to fewer heads), ``_bilinear``
+(the data of a few-head fit and the bilinear model on them), ``_direct``
+(heads fitted to the data directly), ``_local`` (the local certificate) and
+``_selection`` (the judge of a compression and the head stage of a fit).
+"""
+
+from ._compression import balance, block_heads, compress_heads, heads_from_coefficients
+from ._compression import joined_heads
+from ._direct import HeadsFit, fit_heads
+from ._local import LocalCertificate, certify_heads_locally, standardized_heads
+from ._selection import CompressionJudge, HeadChoice, select_heads
+
+__all__ = ["CompressionJudge", "HeadChoice", "HeadsFit", "LocalCertificate", "balance",
+           "block_heads", "certify_heads_locally", "compress_heads", "fit_heads",
+           "heads_from_coefficients", "joined_heads", "select_heads", "standardized_heads"]
