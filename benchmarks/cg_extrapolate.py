@@ -28,8 +28,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from sklearn_linattn._memory import default_memory_budget, n_pairs
-from sklearn_linattn._solvers import cg
-from sklearn_linattn._solvers import Design
+from sklearn_linattn._moments import ImplicitGram, RowReader
 from sklearn_linattn._solvers.cg import cg_cache_dtype
 
 GB = 1e9
@@ -42,7 +41,7 @@ def time_passes(d, n_samples, n_tokens, columns, repeats, seed=0):
     lengths = np.full(n_samples, n_tokens)
     out = {}
     for cache in (None, "float32", "float64"):
-        op = cg._ImplicitGram(Design.of_arrays(X, lengths), cache_dtype=cache)
+        op = ImplicitGram(RowReader.of_arrays(X, lengths), cache_dtype=cache)
         op.setup()
         V = rng.standard_normal((op.psi, columns))
         best = math.inf

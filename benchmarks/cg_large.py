@@ -35,7 +35,7 @@ from threadpoolctl import threadpool_limits
 
 from sklearn_linattn import LinearAttentionRegressor, mhla_forward
 from sklearn_linattn import _spectrum as spectrum
-from sklearn_linattn._solvers import Design
+from sklearn_linattn._moments import ImplicitGram, RowReader
 from sklearn_linattn._solvers import cg
 
 
@@ -116,7 +116,7 @@ def time_products(X, repeats=2):
     lengths = np.full(X.shape[0], X.shape[1])
     out = {}
     for cache in (None, "float64", "float32"):
-        op = cg._ImplicitGram(Design.of_arrays(X, lengths), cache_dtype=cache)
+        op = ImplicitGram(RowReader.of_arrays(X, lengths), cache_dtype=cache)
         op.setup()
         v = np.random.default_rng(0).standard_normal((op.psi, 1))
         best = (np.inf, np.inf)
@@ -135,23 +135,21 @@ def time_iteration(X, y, readout="last", cache="auto", n_probes=2, repeats=2):
     product with the row cache (the fit's column and the certificate's
     ``n_probes`` probes) and one exact product streamed from the sequences
     (a residual replacement).  The coordinates are those of the fit
-    (:func:`~sklearn_linattn._standardize.standardizer_for`); ``cache`` is
+    (:func:`~sklearn_linattn._source.standardizer_of`); ``cache`` is
     the row cache's dtype ("auto": the fit's choice by the memory budget,
     None, "float32" or "float64").  Returns a dict of seconds, the cache's
     dtype and bytes, and the peak RSS in bytes.
     """
-    from sklearn_linattn._solvers._rows import count_rows
-    from sklearn_linattn._standardize import standardizer_for
+    from sklearn_linattn._source import standardizer_of
 
     lengths = np.full(X.shape[0], X.shape[1])
     Y = y[:, None] if readout == "last" else y[..., None]
     start = time.perf_counter()
-    standardizer = standardizer_for(X, lengths, Y)
-    design = Design(None, (X, lengths, Y, None), readout, standardizer, None,
-                    np.dtype(np.float64), count_rows(lengths, readout, None))
+    standardizer = standardizer_of(X, lengths, Y)
+    rows = RowReader.of_arrays(X, lengths, Y, readout, standardizer=standardizer)
     if cache == "auto":
-        cache = cg.cg_cache_dtype(design.n_rows, design.d)
-    op = cg._ImplicitGram(design, cache_dtype=cache)
+        cache = cg.cg_cache_dtype(rows.n_rows, rows.d)
+    op = ImplicitGram(rows, cache_dtype=cache)
     op.setup()
     out = dict(setup=time.perf_counter() - start, cache=str(op.cache_dtype),
                cache_bytes=sum(a.nbytes for a in op._cache if a is not None)
@@ -172,7 +170,7 @@ def time_iteration(X, y, readout="last", cache="auto", n_probes=2, repeats=2):
 def time_solve(X, y, cache="auto", tol=1e-8):
     """solve_cg with its phases timed; returns a dict of numbers."""
     lengths = np.full(X.shape[0], X.shape[1])
-    timers = [_Timed(cg._ImplicitGram, name)
+    timers = [_Timed(ImplicitGram, name)
               for name in ("setup", "matmat", "matmat_exact")]
     phases = {}
     pcg, extremes = spectrum.pcg, cg.implicit_extremes
@@ -194,8 +192,8 @@ def time_solve(X, y, cache="auto", tol=1e-8):
         start = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            design = Design.of_arrays(X, lengths, y[:, None])
-            solution = cg.solve_cg(design, 0.0, dict(tol=tol, cache_dtype=cache))
+            rows = RowReader.of_arrays(X, lengths, y[:, None])
+            solution = cg.solve_cg(rows, 0.0, dict(tol=tol, cache_dtype=cache))
         total = time.perf_counter() - start
     finally:
         spectrum.pcg = pcg

@@ -37,7 +37,7 @@ from sklearn_linattn._spectrum import (
     start_vectors,
 )
 from sklearn_linattn._terms import LinearTerms
-from sklearn_linattn._training import TrainingData
+from sklearn_linattn._source import ArraySource
 from sklearn_linattn.datasets import make_random_mhla
 
 
@@ -45,10 +45,10 @@ def statistics(d, n_samples, n_tokens, seed=0):
     """The fit's statistics (standardized coordinates) of the ``gram`` row's data."""
     X, y = make_random_mhla(n_samples, n_tokens, d, random_state=seed)
     est = LinearAttentionRegressor()
-    data = TrainingData(X, y, None, layout=est._layout(), readout=est.readout)
-    problem = StandardizedProblem.from_data(data, readout=est.readout, d_out=1,
-                                            terms=LinearTerms(d), statistics=True)
-    return problem.statistics()
+    data = ArraySource(X, y, None, layout=est._layout(), readout=est.readout)
+    problem = StandardizedProblem.from_source(data, readout=est.readout, terms=LinearTerms(d),
+                                              solver="cholesky")
+    return problem.stats
 
 
 def scipy_largest(G):

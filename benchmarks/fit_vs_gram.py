@@ -35,9 +35,9 @@ from sklearn_linattn._certificate import IdentifiabilityCertificate
 from sklearn_linattn._features import n_attention_features, row_factors
 from sklearn_linattn._heads import heads_from_coefficients
 from sklearn_linattn._problem import StandardizedProblem, keep_rows
-from sklearn_linattn._solvers import REGISTRY, choose_solver
+from sklearn_linattn._solvers import choose_solver
 from sklearn_linattn._terms import LinearTerms
-from sklearn_linattn._training import TrainingData
+from sklearn_linattn._source import ArraySource
 from sklearn_linattn.datasets import make_random_mhla
 
 STAGES = ("validation", "pass", "solve", "certificate", "heads")
@@ -100,17 +100,16 @@ def fit_stages(X, y, estimator=None):
     est = LinearAttentionRegressor() if estimator is None else estimator
     seconds = {}
     t0 = time.perf_counter()
-    data = TrainingData(X, y, None, layout=est._layout(), readout=est.readout)
-    Xf, _, Yf, _, _ = data.first()
-    d, d_out = Xf.shape[2], Yf.shape[-1]
+    data = ArraySource(X, y, None, layout=est._layout(), readout=est.readout)
+    d, d_out = data.d, data.d_out
     psi = n_attention_features(d)
-    n_rows = data.n_rows_bound(Xf.shape[1])
+    n_rows = data.n_rows_bound()
     solver = choose_solver(est.solver, n_rows, psi)
     terms = LinearTerms(d)
     t1 = time.perf_counter()
-    problem = StandardizedProblem.from_data(
-        data, readout=est.readout, d_out=d_out, terms=terms,
-        keep=keep_rows(solver, n_rows, d, d_out), statistics=REGISTRY[solver].statistics)
+    problem = StandardizedProblem.from_source(
+        data, readout=est.readout, terms=terms, solver=solver,
+        keep=keep_rows(solver, n_rows, d, d_out))
     t2 = time.perf_counter()
     solution = problem.solve(solver, float(est.alpha))
     t3 = time.perf_counter()

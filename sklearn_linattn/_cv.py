@@ -33,7 +33,6 @@ Pipeline's encoder (``GridSearchCV``) gives it.
 import time
 
 import numpy as np
-import scipy.linalg
 from scipy.stats import rankdata
 from sklearn.model_selection import check_cv
 from sklearn.utils.metaestimators import available_if
@@ -44,16 +43,9 @@ from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
 from ._params import check_decays
-from ._problem import StandardizedProblem
-from ._solvers import STATISTICS_SOLVERS, choose_solver
-from ._solvers._solution import coef_from_gram, ridge_penalty, spectral_inverse
-from ._solvers.normal import _CHOLESKY_MARGIN, FULL_SPECTRUM_PSI, _cholesky
-from ._spectrum import (
-    descending_eigh,
-    eigenvalue_tolerance,
-    largest_eigenvalue,
-    smallest_eigenvalue_from_cholesky,
-)
+from ._problem import StandardizedProblem, keep_rows
+from ._solvers import REGISTRY, STATISTICS_SOLVERS, choose_solver
+from ._source import ArraySource
 from ._terms import eliminate
 
 __all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scores",
@@ -63,12 +55,6 @@ DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
-# A split's training part is solved by one Cholesky factorization per positive
-# alpha up to this many alphas, else by one eigen-decomposition for all of them:
-# the tridiagonal reduction of an eigen-decomposition is bound by memory
-# traffic and costs as much as a dozen or more factorizations (psi = 1800:
-# 10-20 s against 0.4-0.6 s each on a loaded two-core machine).
-_CHOLESKY_SOLVES = 12
 _EPS = float(np.finfo(np.float64).eps)
 
 
@@ -179,56 +165,7 @@ def _summed(stats, which):
     return total
 
 
-class _FoldSolver:
-    """The coefficients of one training part for any alpha, by the rule of the plain fit.
-
-    As ``"cholesky"`` does: a Cholesky factor when the Gram matrix is
-    positive definite with a margin (one factorization per penalty), else its
-    eigen-decomposition (every penalty from it, zero eigenvalues by
-    :func:`~._spectrum.eigenvalue_tolerance`); eigh at small sizes, or for many
-    penalties.  ``G`` may be the Gram matrix on a basis of the row space of
-    all the data; ``psi`` and ``trace`` are those of the whole training Gram
-    matrix, so that the tolerance and the penalty are the plain fit's.
-    """
-
-    def __init__(self, G, b, *, psi, trace, dtype, n_penalties):
-        self.b, self.psi, self.trace = b, psi, trace
-        self._factor = self._spectrum = None
-        m = G.shape[0]
-        if m == 0:
-            self._spectrum = (np.zeros(0), np.zeros((0, 0)), 0.0)
-            return
-        if m > FULL_SPECTRUM_PSI and n_penalties <= _CHOLESKY_SOLVES:
-            L = _cholesky(G.copy())
-            if L is not None:
-                tol = eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype)
-                # Each pivot L_ii**2 is at least lambda_min: a small one settles it.
-                if np.diagonal(L).min() ** 2 > _CHOLESKY_MARGIN * tol:
-                    found = smallest_eigenvalue_from_cholesky(L)
-                    if found is not None and found[0] > _CHOLESKY_MARGIN * tol:
-                        self._factor, self._G = L, G
-                        return
-        w, U = descending_eigh(G)
-        self._spectrum = (w, U, eigenvalue_tolerance(w[0], psi, dtype))
-
-    def coefs(self, alphas):
-        """Coefficients (n_alphas, n_targets, m) of the penalties ``alphas``."""
-        ridges = [ridge_penalty(alpha, self.trace, self.psi) for alpha in alphas]
-        if self._spectrum is None:
-            return np.stack([
-                scipy.linalg.cho_solve((self._factor, True), self.b, check_finite=False).T
-                if not ridge else coef_from_gram(self._G, self.b, ridge) for ridge in ridges])
-        # Every penalty's spectral_inverse, in one product with U.
-        w, U, tol = self._spectrum
-        proj = U.T @ self.b  # (m, n_targets)
-        inverse = np.array([spectral_inverse(w, ridge, tol) for ridge in ridges]).reshape(
-            len(ridges), w.size)
-        Z = inverse[:, :, None] * proj[None]  # (n_alphas, m, n_targets)
-        C = U @ Z.transpose(1, 0, 2).reshape(w.size, -1)
-        return C.reshape(w.size, len(ridges), -1).transpose(1, 2, 0)
-
-
-def _split_coefficients(train, basis, alphas, d_out, terms):
+def _split_coefficients(train, basis, alphas, d_out, terms, solver_name):
     """Attention coefficients (n_alphas, d_out, m) and term coefficients of one training part."""
     G = train.gram
     trace = float(np.trace(G))
@@ -237,8 +174,9 @@ def _split_coefficients(train, basis, alphas, d_out, terms):
         G = basis.T @ (G @ basis)
         G = (G + G.T) / 2
         b = basis.T @ b
-    solver = _FoldSolver(G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
-                         n_penalties=np.unique(alphas[alphas > 0]).size)
+    solver = REGISTRY[solver_name].penalty_path(
+        G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
+        n_penalties=np.unique(alphas[alphas > 0]).size)
     n_terms = terms.n_terms
     solved = solver.coefs(alphas)
     if not n_terms:
@@ -332,7 +270,7 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
             raise ValueError(
                 f"the {side} part of split {k} holds no sequence of positive sample weight: "
                 "there is nothing to fit or to score.")
-        coefs, betas = _split_coefficients(train, basis, alphas, d_out, terms)
+        coefs, betas = _split_coefficients(train, basis, alphas, d_out, terms, solver)
         sse = _held_out_errors(test, coefs, betas, basis, d_out)
         scores[:, k] = _split_scores(sse, test, scoring, y_exponents)
     return scores
@@ -657,7 +595,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         """
         self._check_params()
         start = time.perf_counter()
-        self._stats = self._scales = None
+        self._state = None
         if is_dask_collection(X) or is_dask_collection(y):
             raise ValueError(
                 f"{type(self).__name__} needs X and y in memory: the statistics of every "
@@ -667,20 +605,27 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         candidates = _checked_decays(self.decays)
         union = _union_of(candidates)
         self._decays_in_use = union
-        data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
+        source = ArraySource(X, y, sample_weight, layout=self._layout(), readout=self.readout)
+        d, n_rows = source.d, source.n_rows_bound()
         psi = self._n_blocks() * n_attention_features(d)
         if groups is not None:
             groups = np.asarray(groups)
-            if groups.shape != (data.n_samples,):
+            if groups.shape != (source.n_samples,):
                 raise ValueError(
-                    f"groups must have shape ({data.n_samples},), one label per sequence; "
+                    f"groups must have shape ({source.n_samples},), one label per sequence; "
                     f"got shape {groups.shape}.")
-        labels, parts = split_groups(cv_splits(self.cv, data.n_samples, groups),
-                                     data.n_samples)
+        labels, parts = split_groups(cv_splits(self.cv, source.n_samples, groups),
+                                     source.n_samples)
         solver = choose_solver(self.solver, n_rows, psi, statistics=True)
         self._check_memory(psi, d, int(labels.max()) + 1)
-        problem = self._one_pass(data, solver, d, d_out, n_rows, statistics=True,
-                                 groups=labels)
+        terms = self._terms(d)
+        # Heads fitted to the rows directly need the rows (a compression without terms).
+        direct = self.n_heads is not None and not terms and union is None
+        problem = StandardizedProblem.from_source(
+            source, readout=self.readout, terms=terms, solver=solver, decays=union,
+            keep=keep_rows(solver, n_rows, d, source.d_out + terms.n_terms, direct=direct,
+                           n_blocks=self._n_blocks()),
+            groups=labels)
         self._log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)",
                   start)
         if candidates == [union]:
@@ -698,8 +643,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         self._log(f"{alphas.size} alphas and {len(candidates)} decays scored on "
                   f"{len(parts)} splits, alpha_ = {self.alpha_:g}, decay_ = {self.decay_}",
                   start)
-        self._scales = problem.scales
-        return self._finish(problems[chosen], solver, single, start)
+        return self._fit_problem(problems[chosen], solver, source.single_output, start)
 
     def _check_memory(self, psi, d, n_groups):
         """Refuse, before the pass, statistics of every group larger than the memory budget."""

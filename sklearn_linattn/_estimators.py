@@ -1,4 +1,12 @@
-"""scikit-learn estimators: thin layers of validation over the math modules."""
+"""The estimator: parameters checked once, then the one fit path (source, pass, model).
+
+:class:`LinearAttentionRegressor` checks its parameters, reads X through a
+source (:func:`~._problem.data_source`: NumPy chunks or dask blocks), builds
+the one standardized problem (:class:`~._problem.StandardizedProblem`),
+hands it to :func:`~._model.fit_model` and sets the fitted attributes from
+the one conversion back.  ``fit``, ``partial_fit`` (which continues a
+:class:`~._problem.FitState`) and fits from statistics share that path.
+"""
 
 import numbers
 import time
@@ -7,17 +15,10 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from ._base import AttentionHeadsRegressorMixin
-from ._dask import (
-    dask_coordinates,
-    dask_scales,
-    dask_sufficient_statistics,
-    is_dask_collection,
-)
-from ._dask_cg import dask_solve_cg
 from ._features import features_matvec, n_attention_features, row_factors
 from ._memory import iter_sample_chunks, real_tokens, sample_values
 from ._model import fit_model
-from ._problem import StandardizedProblem, keep_rows
+from ._problem import FitState, StandardizedProblem, data_source, keep_rows
 from ._solvers import (
     REGISTRY,
     SOLVERS,
@@ -29,7 +30,6 @@ from ._solvers import (
 )
 from ._standardize import SAFE_EXPONENT, TokenStandardizer, scale_per_sample
 from ._terms import LinearTerms
-from ._training import TrainingData
 from ._validation import (
     check_data_format,
     check_readout,
@@ -434,52 +434,53 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         (50, True)
         """
         self._check_params()
-        start = time.perf_counter()
-        self._stats = self._scales = None
-        if is_dask_collection(X) or is_dask_collection(y):
-            return self._fit_dask(X, y, sample_weight, start)
-        data, d, d_out, n_rows, single = self._training_data(X, y, sample_weight)
-        psi = self._n_blocks() * n_attention_features(d)
-        solver = choose_solver(self.solver, n_rows, psi)
-        check_solver_memory(solver, n_rows, psi)
-        problem = self._one_pass(data, solver, d, d_out, n_rows,
-                                 statistics=REGISTRY[solver].statistics)
-        self._log("standardized coordinates and rows (one pass)", start)
-        self._scales = problem.scales
-        return self._finish(problem, solver, single, start)
+        self._state = None  # fit = a new state and one batch
+        return self._fit_batch(X, y, sample_weight, start=time.perf_counter())
 
-    def _training_data(self, X, y, sample_weight, n_features_in=None):
-        """The validated training data and what its first batch fixes.
+    def _fit_batch(self, X, y, sample_weight, *, start, state=None, partial=False):
+        """The one path below ``fit`` and ``partial_fit``: a source, the one pass, the fit.
 
-        Returns ``(data, d, d_out, n_rows, single_output)``: the token
-        dimension, the number of outputs, a bound on the feature rows and
-        whether y has a single output.
+        ``state`` is the :class:`~._problem.FitState` a ``partial_fit``
+        continues (None: a first batch); ``partial``: the statistics solvers
+        only, and no heads fitted to the rows directly.
         """
-        data = TrainingData(X, y, sample_weight, layout=self._layout(), readout=self.readout,
-                            n_features_in=n_features_in)
-        Xf, _, Yf, single, _ = data.first()
-        return data, Xf.shape[2], Yf.shape[-1], data.n_rows_bound(Xf.shape[1]), single
-
-    def _one_pass(self, data, solver, d, d_out, n_rows, *, statistics, groups=None):
-        """The standardized problem of the training data, from the one pass over them."""
+        source = data_source(X, y, sample_weight, readout=self.readout, layout=self._layout(),
+                             n_features_in=None if state is None else state.d)
+        d = source.d
+        n_blocks = self._n_blocks()
+        psi = n_blocks * n_attention_features(d)
+        n_rows = source.n_rows_bound()
+        if partial and state is None:
+            self._check_statistics_fit(d, n_blocks)
+        solver = choose_solver(self.solver, n_rows, psi, statistics=partial,
+                               dask=not source.sequential)
+        if source.sequential:
+            check_solver_memory(solver, n_rows, psi)
         terms = self._terms(d)
         decays = self._decays()
         # Heads fitted to the rows directly need the rows (a compression without terms).
-        direct = self.n_heads is not None and not terms and decays is None
-        return StandardizedProblem.from_data(
-            data, readout=self.readout, d_out=d_out, terms=terms,
-            keep=keep_rows(solver, n_rows, d, d_out + terms.n_terms, direct=direct,
-                           n_blocks=self._n_blocks()),
-            statistics=statistics, groups=groups, decays=decays)
+        direct = (not partial and source.sequential and self.n_heads is not None
+                  and not terms and decays is None)
+        problem = StandardizedProblem.from_source(
+            source, readout=self.readout, terms=terms, solver=solver, decays=decays,
+            keep=keep_rows(solver, n_rows, d, (source.d_out or 0) + terms.n_terms, direct=direct,
+                           n_blocks=n_blocks),
+            previous=state)
+        self._log("standardized coordinates and rows or statistics (one pass)", start)
+        single = source.single_output if state is None else self._single_output
+        return self._fit_problem(problem, solver, single, start, previous=state)
 
-    def _finish(self, problem, solver, single_output, start):
+    def _fit_problem(self, problem, solver, single_output, start, previous=None):
         """The rest of every fit: solve, certify, heads, and the one conversion back."""
-        model = fit_model(
-            problem, solver=solver, alpha=self._fit_alpha(), tol=float(self.tol),
-            max_iter=self.max_iter, n_heads=self.n_heads, random_state=self.random_state,
-            log=lambda message: self._log(message, start), **self._layout())
-        if REGISTRY[model.solver].statistics:
-            self._stats = model.counts
+        try:
+            model = fit_model(
+                problem, solver=solver, alpha=self._fit_alpha(), tol=float(self.tol),
+                max_iter=self.max_iter, n_heads=self.n_heads, random_state=self.random_state,
+                log=lambda message: self._log(message, start), **self._layout())
+        finally:
+            problem.release()
+        # What a later partial_fit continues (statistics solvers only).
+        self._state = FitState.committed(problem, previous)
         attributes = model.to_user()
         for name, value in attributes.items():
             setattr(self, name, value)
@@ -492,7 +493,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.n_iter_ = model.n_iter
         self._standardized_heads = (model.V, model.Q)
         self._standardized_coef = model.coef
-        self._stats_terms = (self.fit_intercept, self.fit_skip)
         self.n_heads_ = model.V.shape[0]
         self.n_features_in_ = problem.d
         self.n_outputs_ = problem.d_out
@@ -550,60 +550,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         True
         """
         self._check_params()
-        start = time.perf_counter()
-        previous = self._previous_statistics()
-        n_features_in = None if previous is None else previous.d
-        if previous is not None and self._stats_terms != (self.fit_intercept, self.fit_skip):
-            raise ValueError(
-                "fit_intercept and fit_skip must stay as they were between calls to "
-                f"partial_fit (fit_intercept={self._stats_terms[0]}, fit_skip="
-                f"{self._stats_terms[1]}); call fit to start afresh."
-            )
-        if previous is not None and previous.standardizer.decays != self._decays():
-            raise ValueError(
-                f"decay must stay {previous.standardizer.decays!r} between calls to "
-                f"partial_fit; got decay={self.decay!r}. Call fit to start afresh.")
-        earlier = getattr(self, "_scales", None) if previous is not None else None
-        given = previous.standardizer if previous is not None and earlier is None else None
-        if is_dask_collection(X) or is_dask_collection(y):
-            kwargs, scales, standardizer, terms = self._dask_coordinates(
-                X, y, sample_weight, n_features_in, earlier, given)
-            stats, _, single = dask_sufficient_statistics(
-                X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
-            self._check_outputs(stats.d_out, previous, terms.n_terms)
-        else:
-            data, d, d_out, _, single = self._training_data(X, y, sample_weight,
-                                                            n_features_in)
-            terms = self._terms(d)
-            self._check_outputs(d_out + terms.n_terms, previous, terms.n_terms)
-            if previous is None:
-                self._check_statistics_fit(d, self._n_blocks())
-            # The standardized coordinates of all the data seen so far.  This
-            # call's batch is accumulated separately, so that an invalid chunk
-            # leaves the model as it was.
-            problem = StandardizedProblem.from_data(
-                data, readout=self.readout, d_out=d_out, terms=terms, statistics=True,
-                previous=earlier, standardizer=given,
-                provisional=None if previous is None else previous.standardizer,
-                decays=self._decays())
-            stats, scales = problem.statistics(), problem.scales
-        if previous is not None:
-            stats = previous.restandardized(stats.standardizer).merge(stats)
-            single = self._single_output
-        self._log(f"statistics of {stats.n_rows} feature rows", start)
-        self._fit_statistics(stats, single_output=single, start=start)
-        self._scales = None if given is not None else scales
-        return self
+        return self._fit_batch(X, y, sample_weight, start=time.perf_counter(),
+                               state=self._continued_state(), partial=True)
 
-    def _previous_statistics(self):
-        """Statistics a partial_fit continues (None to start), or why it cannot."""
+    def _continued_state(self):
+        """The state a partial_fit continues (None to start), or why it cannot."""
         if self.solver != "auto" and not REGISTRY[self.solver].statistics:
             raise ValueError(
                 f"partial_fit needs solver in {('auto',) + STATISTICS_SOLVERS}, which "
                 f"accumulate the psi x psi sufficient statistics; got solver={self.solver!r}."
             )
-        previous = getattr(self, "_stats", None)
-        if previous is None and hasattr(self, "coef_"):
+        state = getattr(self, "_state", None)
+        if state is None and hasattr(self, "coef_"):
             if getattr(self, "solver_", None) in STATISTICS_SOLVERS:
                 raise ValueError(
                     "partial_fit cannot continue this model: it keeps no sufficient "
@@ -615,20 +573,10 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "which keeps no sufficient statistics; call fit again, or fit with "
                 "partial_fit from the start (or with solver='eigh' or 'cholesky')."
             )
-        if previous is not None and previous.readout != self.readout:
-            raise ValueError(
-                f"readout must stay {previous.readout!r} between calls to partial_fit; "
-                f"got readout={self.readout!r}. Call fit to start afresh."
-            )
-        return previous
-
-    @staticmethod
-    def _check_outputs(d_out, previous, n_terms=0):
-        if previous is not None and d_out != previous.d_out:
-            raise ValueError(
-                f"y has {d_out - n_terms} output(s), but partial_fit was started with "
-                f"d_out={previous.d_out - n_terms}."
-            )
+        if state is not None:
+            state.check(readout=self.readout, intercept=self.fit_intercept, skip=self.fit_skip,
+                        decays=self._decays())
+        return state
 
     @staticmethod
     def _check_statistics_fit(d, n_blocks=1):
@@ -641,52 +589,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"{need / 2**30:.3g} GiB with the solve, more than half the physical "
                 "memory; use fit with solver='cg'."
             )
-
-    def _fit_dask(self, X, y, sample_weight, start):
-        """``fit`` on dask input: statistics reduced on the workers, or "cg" on the blocks."""
-        choose_solver(self.solver, 1, 1, dask=True)  # refuses solvers without a dask path
-        kwargs, scales, standardizer, terms = self._dask_coordinates(X, y, sample_weight)
-        psi = standardizer.n_features
-        solver = choose_solver(self.solver, psi, psi, dask=True)
-        if REGISTRY[solver].dask == "statistics":
-            stats, _, single = dask_sufficient_statistics(
-                X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip), **kwargs)
-            self._fit_statistics(stats, single_output=single, start=start)
-        else:
-            outputs = []
-
-            def run(alpha, *, tol, max_iter, residuals):
-                solution, single = dask_solve_cg(
-                    X, y, standardizer=standardizer, terms=(terms.intercept, terms.skip),
-                    alpha=alpha, tol=tol, max_iter=max_iter, residuals=residuals, **kwargs)
-                outputs.append(single)
-                return solution
-
-            # The solve runs on the blocks: the problem only knows its coordinates.
-            problem = StandardizedProblem(standardizer, None, readout=self.readout, d_out=None,
-                                          terms=terms, external=run)
-            self._finish(problem, solver, False, start)
-            self._single_output = bool(outputs[0])
-        self._scales = scales
-        return self
-
-    def _dask_coordinates(self, X, y, sample_weight, n_features_in=None, earlier=None,
-                          given=None):
-        """The first pass over dask input: the standardized coordinates of all the data.
-
-        Returns ``(kwargs, scales, standardizer, terms)``: the arguments of the
-        block functions, the token magnitudes (merged with ``earlier`` ones of
-        ``partial_fit`` calls), their coordinates (``given`` ones when set)
-        and the terms.
-        """
-        kwargs = dict(readout=self.readout, sample_weight=sample_weight,
-                      n_features_in=n_features_in, **self._layout())
-        scales = dask_scales(X, y, **kwargs)
-        if earlier is not None:
-            scales = earlier.copy().merge(scales)
-        standardizer = given if given is not None else dask_coordinates(
-            scales, X, y, **kwargs).with_decays(self._decays())
-        return kwargs, scales, standardizer, self._terms(standardizer.d)
 
     def _fit_statistics(self, stats, *, single_output=False, start=None):
         """Finish a fit from sufficient statistics accumulated elsewhere (Dask, tests).
@@ -728,7 +630,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             raise TypeError(
                 f"stats must be a SufficientStatistics; got {type(stats).__name__}."
             )
-        self._scales = None  # statistics from elsewhere keep their coordinates
         if stats.d_out is None:
             raise ValueError("stats must hold targets (created with d_out set).")
         if stats.readout is not None and stats.readout != self.readout:
@@ -749,9 +650,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         problem = StandardizedProblem.from_statistics(stats, d_out=stats.d_out - terms.n_terms,
                                                       terms=terms)
         solver = choose_solver(self.solver, stats.n_rows, stats.n_features, statistics=True)
-        self._finish(problem, solver, single_output, start)
-        self._stats = stats
-        return self
+        # Statistics from elsewhere keep their coordinates (a state without scales).
+        return self._fit_problem(problem, solver, single_output, start,
+                                 previous=FitState(stats, None, stats.standardizer.decays))
 
     def predict_from_coefficients(self, X):
         """Predict with ``coef_`` on the cubic features instead of the heads.

@@ -743,5 +743,5 @@ def load_model(path):
     _check_terms_match_params(path, model)
     _restore_standardization(path, model, values, decays)
     # Statistics are not stored: partial_fit must refuse rather than restart.
-    model._stats = model._scales = None
+    model._state = None
     return model

@@ -125,10 +125,8 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         # the unpenalized solve of the same rows or statistics (no new pass).
         free = None if not alpha else problem.solve(solver, 0.0, tol=tol, max_iter=max_iter,
                                                     residuals=True)
-        design = None if getattr(counts, "moment", None) is not None or (
-            solution.moment is not None) else problem.design()
         solution, term_space, beta = fit_terms(solution, counts, terms, d_out,
-                                               design=design, free=free)
+                                               rows=problem.rows, free=free)
     row_space = row_space_from_solution(solution, counts)
     certificate = IdentifiabilityCertificate._from_solution(
         solution, counts, readout=problem.readout, token_dim=token_dim,
@@ -140,7 +138,7 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     # point hides: heads may be fitted to the rows directly when a
     # compression is material (rows of one block: the few-head fit knows no
     # decays).
-    direct_rows = (problem.rows if direct and not terms and not certificate
+    direct_rows = (problem.kept if direct and not terms and not certificate
                    and st.decays is None else None)
     choice = select_heads(solution, row_space, counts, st, n_heads=n_heads, rows=direct_rows,
                           random_state=random_state, log=log)

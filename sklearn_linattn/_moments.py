@@ -22,17 +22,25 @@ intercept and skip columns of a model with linear terms are appended to the
 targets from the standardized row tokens (``[1, x_r]``).
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import functools
 
 import numpy as np
 
-from ._features import decayed_moments, pair_indices, row_factors
+from ._features import decayed_moments, features_matvec, features_rmatvec, pair_indices, row_factors
 from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
-from ._standardize import MomentScales, feature_map, pair_map, sequence_moments
+from ._standardize import (
+    MomentScales,
+    TokenStandardizer,
+    feature_map,
+    pair_map,
+    refined_whitening,
+    sequence_moments,
+)
 
-__all__ = ["MomentPass", "Rows", "standardized_rows", "with_terms"]
+__all__ = ["FeatureRows", "ImplicitGram", "MomentPass", "RowReader", "coordinates",
+           "count_rows", "scales_pass", "standardized_rows", "with_terms"]
 
 # Provisional statistics are mapped into the final coordinates when the map of
 # the tokens between the two has a condition number below this (the map of
@@ -47,7 +55,7 @@ _PAIR_MAP_UP_TO_D = 8
 
 
 @dataclass
-class Rows:
+class FeatureRows:
     """Factors of feature rows ``H_r = kron(S_r, x_r)``, with weights and targets.
 
     Attributes
@@ -75,13 +83,13 @@ class Rows:
 
     @staticmethod
     def concatenate(parts, d, d_targets, n_blocks=1):
-        """One Rows of several (empty ones included)."""
+        """One FeatureRows of several (empty ones included)."""
         P = n_blocks * n_pairs(d)
         parts = [p for p in parts if p.n_rows] or [
-            Rows(np.zeros((0, P)), np.zeros((0, d)), None,
+            FeatureRows(np.zeros((0, P)), np.zeros((0, d)), None,
                  None if d_targets is None else np.zeros((0, d_targets)))]
         weighted = any(p.w is not None for p in parts)
-        return Rows(
+        return FeatureRows(
             np.concatenate([p.S for p in parts]),
             np.concatenate([p.x for p in parts]),
             np.concatenate([np.ones(p.n_rows) if p.w is None else p.w for p in parts])
@@ -132,7 +140,7 @@ def _raw_rows(X, lengths, readout, Y, w, S_seq=None, e=None, decays=None):
         keep = wr > 0
         S, x, wr = S[keep], x[keep], wr[keep]
         Yr = None if Yr is None else Yr[keep]
-    return Rows(np.ascontiguousarray(S), np.ascontiguousarray(x), wr, Yr), e
+    return FeatureRows(np.ascontiguousarray(S), np.ascontiguousarray(x), wr, Yr), e
 
 
 def _token_map(standardizer, e):
@@ -194,7 +202,7 @@ def _map_rows(rows, e, standardizer, terms):
     # Every block's moments map alike: one map of the blocks stacked as rows.
     S = map_moments(rows.S.reshape(m * standardizer.n_blocks, P), A,
                     standardizer.block_pair_weights).reshape(m, rows.S.shape[1])
-    return Rows(S, x, standardizer.transform_weights(rows.w), with_terms(Yr, x, terms))
+    return FeatureRows(S, x, standardizer.transform_weights(rows.w), with_terms(Yr, x, terms))
 
 
 def _tokens_first(standardizer, n_tokens, readout):
@@ -234,7 +242,7 @@ def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weigh
 
     Returns
     -------
-    rows : Rows
+    rows : FeatureRows
         Rows of positive weight, targets and weights standardized too.
     """
     X = zero_padding(np.asarray(X, dtype=np.float64), np.asarray(lengths))
@@ -249,9 +257,9 @@ def standardized_rows(X, lengths, readout, standardizer, *, Y=None, sample_weigh
             j, k = pair_indices(X.shape[2])
             S = np.ldexp(S, np.tile(e[j] + e[k], standardizer.n_blocks))
             x = np.ldexp(x, e)
-        rows = Rows(S * standardizer.pair_weights, x, rows.w, rows.Y)
+        rows = FeatureRows(S * standardizer.pair_weights, x, rows.w, rows.Y)
         Yr = None if rows.Y is None else standardizer.transform_targets(rows.Y)
-        return Rows(rows.S, rows.x, standardizer.transform_weights(rows.w),
+        return FeatureRows(rows.S, rows.x, standardizer.transform_weights(rows.w),
                     with_terms(Yr, rows.x, terms))
     rows, e = raw if raw is not None else _raw_rows(X, lengths, readout, Y, sample_weight,
                                                     decays=standardizer.decays)
@@ -283,13 +291,17 @@ class MomentPass:
         positive weight): one array of that size, filled as the chunks come
         and mapped in place at the end.
     statistics : callable or None, default=None
-        ``statistics(standardizer)`` makes the empty sufficient statistics to
+        ``statistics(standardizer=...)`` makes the empty sufficient statistics to
         accumulate into (``add_rows``, ``note_sequences``,
         ``restandardized``); None accumulates none.
     terms : LinearTerms or None, default=None
         Term columns of the statistics' targets.
     provisional : TokenStandardizer or None, default=None
         Coordinates to accumulate the statistics in (None: the first chunk's).
+    coordinates : TokenStandardizer or None, default=None
+        The final coordinates, known before the pass (a second pass, the
+        blocks of a dask array, statistics built by hand): the statistics are
+        accumulated in them, with no map at the end.
     groups : ndarray of int, shape (n_samples,) or None, default=None
         A group label ``0 .. n_groups - 1`` for every sequence of the pass, in
         the order the chunks bring them: the statistics of each group are
@@ -298,6 +310,9 @@ class MomentPass:
     decays : tuple of float or None, default=None
         Fixed decays of the feature blocks: the rows' moments are the decayed
         moments, one block per decay (the coordinates carry them).
+    tokens : TokenStandardizer or None, default=None
+        Gather the scales of these standardized tokens instead of the tokens
+        as they are (the refinement of a whitening, :func:`coordinates`).
 
     Attributes
     ----------
@@ -308,8 +323,9 @@ class MomentPass:
     """
 
     def __init__(self, d, d_out, readout, *, keep_rows=None, statistics=None, terms=None,
-                 provisional=None, groups=None, decays=None):
+                 provisional=None, coordinates=None, groups=None, decays=None, tokens=None):
         self.d, self.d_out, self.readout = int(d), d_out, readout
+        self._tokens = tokens
         self.decays = decays
         self.n_blocks = 1 if decays is None else len(decays)
         self._groups = None if groups is None else np.asarray(groups, dtype=np.intp)
@@ -324,7 +340,10 @@ class MomentPass:
         self._make_statistics = statistics
         self._accumulate = statistics is not None
         self._terms = terms if terms else None
-        self.provisional = provisional
+        # Final coordinates given: the statistics are accumulated in them as they
+        # are (no range check, no map at the end).
+        self._fixed = coordinates is not None
+        self.provisional = coordinates if coordinates is not None else provisional
         self.stats = None
         self._first = True
         self.n_samples = 0
@@ -361,6 +380,8 @@ class MomentPass:
 
     def _add(self, X, lengths, Y, w, complete, labels=None):
         X64 = np.asarray(X, dtype=np.float64)
+        if self._tokens is not None:
+            X64 = self._tokens.transform(X64)
         S_seq, e = sequence_moments(X64, check=lengths is None)
         if lengths is None:
             if S_seq is None:  # a value is not finite: the validation's own check
@@ -405,17 +426,41 @@ class MomentPass:
             self.provisional = self.scales.finish()
         st = self.provisional
         if self.stats is None:
-            self.stats = [self._make_statistics(st) for _ in self._group_samples]
+            self.stats = [self._make_statistics(standardizer=st) for _ in self._group_samples]
         if self.stats is False:
             return  # out of the provisional coordinates' range: a second pass
         self._group_samples[group] += X.shape[0] if w is None else int(
             np.count_nonzero(np.asarray(w) > 0))
         mapped = standardized_rows(X, lengths, self.readout, st, Y=Y, sample_weight=w,
                                    terms=self._terms, raw=(rows, e))
-        if mapped.n_rows and not _moderate(mapped):
+        if not self._fixed and mapped.n_rows and not _moderate(mapped):
             self.stats = False
             return
         self.stats[group].add_rows(mapped)
+
+    def merge(self, other):
+        """Add the pass over other (disjoint) data in the same coordinates, in place.
+
+        For the blocks of a distributed array: statistics accumulated in given
+        coordinates (``coordinates``), no kept rows, no groups.
+        """
+        if self._kept is not None or other._kept is not None or self._groups is not None:
+            raise ValueError("only passes without kept rows or groups merge.")
+        self.scales.merge(other.scales)
+        if self.dtype.itemsize > other.dtype.itemsize:
+            self.dtype = other.dtype
+        self.n_tokens = max(self.n_tokens, other.n_tokens)
+        self.n_samples += other.n_samples
+        self._group_samples += other._group_samples
+        if self.stats is False or other.stats is False:
+            self.stats = False  # out of the provisional coordinates' range: a second pass
+        elif other.stats:
+            if not self.stats:
+                self.stats = [part.restandardized(part.standardizer) for part in other.stats]
+            else:
+                for part, more in zip(self.stats, other.stats):
+                    part.merge(more)
+        return self
 
     def statistics(self, standardizer):
         """The accumulated statistics in ``standardizer``'s coordinates, or None.
@@ -503,7 +548,7 @@ class _KeptRows:
             per_row = 2 * self.S.shape[1] + 3 * self.x.shape[1] ** 2  # map_moments unfolds
             for sl in iter_sample_chunks(stop - start, per_row):
                 sl = slice(start + sl.start, start + sl.stop)
-                rows = Rows(self.S[sl], self.x[sl], None,
+                rows = FeatureRows(self.S[sl], self.x[sl], None,
                             None if self.Y is None else self.Y[sl, :n_real])
                 mapped = _map_rows(rows, e, standardizer, terms)
                 self.S[sl], self.x[sl] = mapped.S, mapped.x
@@ -511,10 +556,289 @@ class _KeptRows:
                     self.Y[sl] = mapped.Y
         n = self.n
         w = None if self.w is None else standardizer.transform_weights(self.w[:n])
-        return Rows(self.S[:n], self.x[:n], w, None if self.Y is None else self.Y[:n])
+        return FeatureRows(self.S[:n], self.x[:n], w, None if self.Y is None else self.Y[:n])
+
+
+def scales_pass(d_out, *, d, readout, decays=None, tokens=None):
+    """An empty pass that gathers the scales only (``tokens``: of these standardized tokens).
+
+    A module-level function, so that its partial runs on dask workers.
+    """
+    return MomentPass(d, None if tokens is not None else (d_out or None), readout,
+                      decays=decays, tokens=tokens)
+
+
+def coordinates(scales, source):
+    """The standardized coordinates of a source's scales: the one place they are finished.
+
+    Nearly collinear tokens get their whitening refined by the second moment
+    of their own standardized tokens: one more pass over the source
+    (:func:`~._standardize.refined_whitening`).
+    """
+    standardizer = scales.finish()
+    if standardizer.collinear:
+        again = source.reduce(functools.partial(scales_pass, d=standardizer.d,
+                                                readout=source.readout, tokens=standardizer),
+                              name="scales")
+        standardizer = refined_whitening(standardizer, again.scales.second_moment())
+    return standardizer
 
 
 def _moderate(rows):
     """Whether rows stay far from overflow in the Gram matrix (their sixth powers)."""
     peak = max(float(np.abs(rows.S).max(initial=0.0)), float(np.abs(rows.x).max(initial=0.0)))
     return np.isfinite(peak) and peak < _MODERATE
+
+
+def count_rows(lengths, readout, sample_weight):
+    """Number of feature rows of positive weight: sequences for "last", real tokens for "all"."""
+    rows = np.ones_like(lengths) if readout == "last" else lengths
+    if sample_weight is not None:
+        rows = rows[sample_weight > 0]
+    return int(rows.sum())
+
+
+@dataclass
+class RowReader:
+    """The feature rows of a least squares as the solvers on rows read them.
+
+    Attributes
+    ----------
+    kept : FeatureRows or None
+        Every row of positive weight in standardized coordinates (targets
+        with the term columns), in float64, when the pass kept them.
+    arrays : tuple or None
+        ``(X, lengths, Y, sample_weight)``: the validated sequences (padded
+        positions ignored by length) to compute rows from when ``kept`` is
+        None.
+    readout : {"last", "all"}
+    standardizer : TokenStandardizer
+        Standardized coordinates of the rows.
+    terms : LinearTerms or None
+        Term columns appended to the targets.
+    dtype : numpy dtype
+        Least precise floating dtype of the inputs (for the zero rule).
+    n_rows : int
+        Number of rows of positive weight.
+    """
+
+    kept: FeatureRows | None
+    arrays: tuple | None
+    readout: str
+    standardizer: object
+    terms: object
+    dtype: np.dtype
+    n_rows: int
+    _operators: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of_arrays(cls, X, lengths, Y=None, readout="last", sample_weight=None,
+                  standardizer=None, terms=None):
+        """The rows of in-memory sequences, computed as needed (tests, benchmarks)."""
+        X = np.asarray(X)
+        lengths = np.asarray(lengths)
+        if standardizer is None:
+            standardizer = TokenStandardizer.identity(X.shape[2],
+                                                      None if Y is None else Y.shape[-1])
+        dtype = X.dtype if X.dtype.kind == "f" else np.dtype(np.float64)
+        return cls(None, (X, lengths, Y, sample_weight), readout, standardizer, terms,
+                   np.dtype(dtype), count_rows(lengths, readout, sample_weight))
+
+    @property
+    def d(self):
+        return self.standardizer.d
+
+    @property
+    def weighted(self):
+        """Whether the rows carry weights (else all weigh one)."""
+        return (self.kept.w if self.kept is not None else self.arrays[3]) is not None
+
+    @property
+    def n_targets(self):
+        """Number of target columns of the rows (term columns included); 0 without targets."""
+        if self.kept is not None:
+            return 0 if self.kept.Y is None else self.kept.Y.shape[1]
+        Y = self.arrays[2]
+        return (0 if Y is None else Y.shape[-1]) + (0 if self.terms is None else
+                                                    self.terms.n_terms)
+
+    def row_chunks(self, values_per_row):
+        """The float64 rows in chunks of at most a memory chunk's worth."""
+        if self.kept is not None:
+            rows = self.kept
+            for sl in iter_sample_chunks(rows.n_rows, values_per_row):
+                yield FeatureRows(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],
+                                  None if rows.Y is None else rows.Y[sl])
+            return
+        X, lengths, Y, w = self.arrays
+        lengths = np.asarray(lengths)
+        n_samples, n_tokens, d = X.shape
+        rows_per_sample = 1 if self.readout == "last" else n_tokens
+        for sl in iter_sample_chunks(n_samples, rows_per_sample * values_per_row):
+            yield standardized_rows(X[sl], lengths[sl], self.readout, self.standardizer,
+                                    Y=None if Y is None else Y[sl],
+                                    sample_weight=None if w is None else w[sl],
+                                    terms=self.terms)
+
+    def all_rows(self):
+        """Every row at once (memory O(n_rows (P + d)))."""
+        if self.kept is not None:
+            return self.kept
+        parts = list(self.row_chunks(2 * self.standardizer.n_moments + 2 * self.d))
+        n_targets = parts[0].Y.shape[1] if parts and parts[0].Y is not None else None
+        return FeatureRows.concatenate(parts, self.d, n_targets, self.standardizer.n_blocks)
+
+    def gram_operator(self, cache_rule):
+        """``G = Phi^T W Phi`` as products over these rows (:class:`ImplicitGram`).
+
+        ``cache_rule(n_rows, d, n_blocks)`` gives the dtype of the cache of
+        row factors that the operator's first pass fills (None: no cache);
+        rows kept already are the cache.  The operator of a cache dtype is made
+        once: a second solve (another penalty) reuses its cache and setup.
+        """
+        cache = None if self.kept is not None else cache_rule(
+            self.n_rows, self.d, n_blocks=self.standardizer.n_blocks)
+        key = None if cache is None else np.dtype(cache)
+        if key not in self._operators:
+            self._operators[key] = ImplicitGram(self, cache_dtype=cache)
+        return self._operators[key]
+
+    def release(self):
+        """Drop the operators' row caches (the fit is done with them)."""
+        self._operators.clear()
+
+
+class ImplicitGram:
+    """``G = Phi^T W Phi`` as products over the row factors; never formed.
+
+    The rows come from a :class:`RowReader`: the fit's standardized rows
+    in memory (then they are the cache: :meth:`matmat` is two GEMMs per
+    chunk), or the sequences, whose rows each product recomputes
+    (O(N n d^2) per pass) unless :meth:`setup` keeps them in ``cache_dtype``
+    (``n_rows * (P + d + 1)`` values).  A float32 cache makes :meth:`matmat`
+    inexact (relative error about 1e-7): :meth:`matmat_exact` then streams
+    float64 products from the sequences, and :attr:`exact` is False.
+    """
+
+    def __init__(self, rows, cache_dtype=None):
+        self.rows = rows
+        self.n_rows = rows.n_rows
+        self.d = rows.d
+        self.P = rows.standardizer.n_moments
+        self.psi = rows.standardizer.n_features
+        self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
+        self._cache = None
+        self._setup = None
+        self.n_products = 0
+        kept = rows.kept
+        if kept is not None:
+            # Rows kept by the pass (float64) are the cache already.
+            self._cache, self.cache_dtype = (kept.S, kept.x, kept.w), None
+
+    @property
+    def exact(self):
+        """Whether :meth:`matmat` is a float64 product."""
+        return self._cache is None or self._cache[0].dtype == np.float64
+
+    @property
+    def gram_product(self):
+        """Exact products for whoever needs ``G V`` after the solve (the compression's judge)."""
+        return self.matmat_exact
+
+    def _chunks(self, k):
+        """Exact (float64) rows, chunk by chunk."""
+        yield from self.rows.row_chunks(self.P * (k + 2) + self.d * (k + 2))
+
+    def matmat(self, V):
+        """``G @ V`` for V of shape (psi, k), from the cache when there is one."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.ndim == 1:
+            return self.matmat(V[:, None])[:, 0]
+        if self._cache is None:
+            return self.matmat_exact(V)
+        self.n_products += 1
+        S_all, x_all, w_all = self._cache
+        k = V.shape[1]
+        out = np.zeros((k, self.psi))
+        # Each column scaled by a power of two into [0.5, 1) of its largest entry:
+        # exact, and a float32 cache cannot overflow on long CG directions.
+        e = np.frexp(np.max(np.abs(V), axis=0, initial=0.0))[1]
+        Vt = np.ascontiguousarray(np.ldexp(V, -e).T, dtype=S_all.dtype)
+        for sl in iter_sample_chunks(S_all.shape[0], 3 * self.d * k + k):
+            S, x = S_all[sl], x_all[sl]
+            U = features_matvec(S, x, Vt)
+            if w_all is not None:
+                U *= w_all[sl, None]
+            out += features_rmatvec(S, x, U)
+        return np.ldexp(out, e[:, None]).T
+
+    def matmat_exact(self, V):
+        """``G @ V`` in float64 (streamed from the sequences unless the cache is float64)."""
+        V = np.asarray(V, dtype=np.float64)
+        if V.ndim == 1:
+            return self.matmat_exact(V[:, None])[:, 0]
+        if self.exact and self._cache is not None:
+            return self.matmat(V)
+        self.n_products += 1
+        k = V.shape[1]
+        out = np.zeros((k, self.psi))
+        Vt = np.ascontiguousarray(V.T)
+        for rows in self._chunks(k):
+            if rows.n_rows == 0:
+                continue
+            U = features_matvec(rows.S, rows.x, Vt)
+            if rows.w is not None:
+                U *= rows.w[:, None]
+            out += features_rmatvec(rows.S, rows.x, U)
+        return out.T
+
+    def setup(self, counts=None):
+        """One pass: ``Phi^T W Y``, the Kronecker factors, the trace and the weight sum.
+
+        ``counts`` (a RowCounts without rows yet) is filled from the same pass.
+        Computed once: a second solve of the same operator (another penalty)
+        reads the first one's.
+        """
+        if self._setup is not None:
+            return self._setup
+        A = np.zeros((self.P, self.P))
+        B = np.zeros((self.d, self.d))
+        b = None
+        trace, n_rows, weight_sum = 0.0, 0, 0.0
+        if self.cache_dtype is not None:
+            total = self.n_rows
+            weighted = self.rows.weighted
+            cache = (np.empty((total, self.P), dtype=self.cache_dtype),
+                     np.empty((total, self.d), dtype=self.cache_dtype),
+                     np.empty(total, dtype=self.cache_dtype) if weighted else None)
+        for rows in self._chunks(2):
+            S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
+            m = S.shape[0]
+            if m == 0:
+                continue
+            if counts is not None:
+                counts.add_rows(rows)
+            if self.cache_dtype is not None:
+                cache[0][n_rows : n_rows + m] = S
+                cache[1][n_rows : n_rows + m] = x
+                if w is not None:
+                    cache[2][n_rows : n_rows + m] = w
+            if w is None:
+                Sw, xw, rw = S, x, np.ones(m)
+            else:
+                sw = np.sqrt(w)[:, None]
+                Sw, xw, rw = S * sw, x * sw, w
+            A += Sw.T @ Sw
+            B += xw.T @ xw
+            trace += float(rw @ (np.einsum("rp,rp->r", S, S) * np.einsum("rl,rl->r", x, x)))
+            n_rows += m
+            weight_sum += float(rw.sum())
+            if Yr is not None:
+                part = features_rmatvec(S, x, Yr * rw[:, None])
+                b = part if b is None else b + part
+        if self.cache_dtype is not None:
+            self._cache = cache
+        if b is None and self.rows.n_targets:
+            b = np.zeros((self.rows.n_targets, self.psi))
+        self._setup = dict(A=A, B=B, b=b, trace=trace, weight_sum=weight_sum)
+        return self._setup

@@ -40,7 +40,6 @@ import numpy as np
 import scipy.linalg
 
 from ._features import pair_indices
-from ._memory import iter_sample_chunks, zero_padding
 from ._spectrum import eigenvalue_tolerance
 from ._units import (
     UnitMaps,
@@ -51,7 +50,7 @@ from ._units import (
 )
 
 __all__ = ["MomentScales", "TokenStandardizer", "scale_per_sample", "sequence_moments",
-           "standardizer_for", "whitening"]
+           "whitening"]
 
 # Tokens with at most this fraction of non-zero entries are not whitened.
 SPARSE_DENSITY = 0.25
@@ -395,26 +394,6 @@ class MomentScales:
             self.dtype = X.dtype
         return self
 
-    def update(self, X, lengths, Y=None, sample_weight=None):
-        """Add a batch of tokens: X (n_samples, n_tokens, d), values at positions
-        ``>= lengths`` ignored; targets as validated; non-negative weights or None."""
-        X = np.asarray(X)
-        lengths = np.asarray(lengths)
-        if X.dtype.kind == "f" and X.dtype.itemsize < self.dtype.itemsize:
-            self.dtype = X.dtype
-        n_samples, n_tokens, d = X.shape
-        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-        for sl in iter_sample_chunks(n_samples, 3 * n_tokens * d):
-            Xc = zero_padding(np.asarray(X[sl], dtype=np.float64), lengths[sl])
-            wc = None if w is None else w[sl]
-            S, e = sequence_moments(Xc)
-            self.add(S, lengths[sl], e, wc)
-            keep = slice(None) if wc is None else wc > 0
-            self.add_density(Xc[keep], lengths[sl][keep])
-            if Y is not None:
-                self.add_targets(np.asarray(Y[sl], dtype=np.float64)[keep])
-        return self
-
     def _rescale(self, e_new, ew):
         """Express M and the total in the column exponents e_new and weight exponent ew."""
         known = self._e != _NEVER
@@ -599,16 +578,3 @@ def scale_per_sample(X, safe=None):
     if safe is not None and np.abs(f).max(initial=0) <= safe:
         return X, np.zeros_like(f)
     return np.ldexp(X, -f[:, None, None]), f
-
-
-def standardizer_for(X, lengths, Y=None, sample_weight=None, *, whiten=True):
-    """The :class:`TokenStandardizer` of one in-memory batch."""
-    d_out = None if Y is None else np.shape(Y)[-1]
-    acc = MomentScales(X.shape[2], d_out, whiten=whiten).update(X, lengths, Y, sample_weight)
-    standardizer = acc.finish()
-    if acc.ill_conditioned:
-        # Nearly collinear coordinates: the standardized tokens' own second moment refines it.
-        again = MomentScales(X.shape[2]).update(standardizer.transform(X), lengths,
-                                                sample_weight=sample_weight)
-        standardizer = refined_whitening(standardizer, again.second_moment())
-    return standardizer

@@ -137,13 +137,13 @@ class LinearTerms:
         return E
 
 
-def cross_products(design, coef):
+def cross_products(rows, coef):
     """``Y^T W Phi coef^T`` over every training row (the term columns last among the targets).
 
     Parameters
     ----------
-    design : Design
-        The rows (:class:`~._solvers.Design`), targets with the term columns.
+    rows : RowReader
+        The rows (:class:`~._moments.RowReader`), targets with the term columns.
     coef : ndarray of shape (k, psi)
         Standardized coefficients.
 
@@ -151,13 +151,13 @@ def cross_products(design, coef):
     -------
     cross : ndarray of shape (n_targets, k)
     """
-    out = np.zeros((design.n_targets, coef.shape[0]))
-    per_row = 2 * n_pairs(design.d) + 2 * design.d + design.n_targets + coef.shape[0]
-    for rows in design.row_chunks(per_row):
-        if rows.n_rows == 0:
+    out = np.zeros((rows.n_targets, coef.shape[0]))
+    per_row = 2 * n_pairs(rows.d) + 2 * rows.d + rows.n_targets + coef.shape[0]
+    for chunk in rows.row_chunks(per_row):
+        if chunk.n_rows == 0:
             continue
-        pred = features_matvec(rows.S, rows.x, coef)
-        Yw = rows.Y if rows.w is None else rows.Y * rows.w[:, None]
+        pred = features_matvec(chunk.S, chunk.x, coef)
+        Yw = chunk.Y if chunk.w is None else chunk.Y * chunk.w[:, None]
         out += Yw.T @ pred
     return out
 
@@ -330,7 +330,7 @@ def schur_complement(solution, EE, cross, d_out):
     return K
 
 
-def fit_terms(solution, counts, terms, d_out, *, design=None, free=None):
+def fit_terms(solution, counts, terms, d_out, *, rows=None, free=None):
     """Split a joint solve into the attention model and its linear terms (standardized).
 
     Parameters
@@ -342,7 +342,7 @@ def fit_terms(solution, counts, terms, d_out, *, design=None, free=None):
     terms : LinearTerms
     d_out : int
         Number of real outputs (0 for a certificate of inputs alone).
-    design : Design or None
+    rows : RowReader or None
         The rows, for ``E^T W Phi c^T`` when no moment ``Phi^T W Y`` was kept.
     free : SpectralSolution or None
         The unpenalized solve when ``solution`` is penalized (the certificate
@@ -363,7 +363,7 @@ def fit_terms(solution, counts, terms, d_out, *, design=None, free=None):
         moment = sol.moment if moment is None else moment
         if moment is not None:
             return moment.T @ sol.coef.T
-        return cross_products(design, sol.coef)
+        return cross_products(rows, sol.coef)
 
     cross = cross_of(solution)
     beta, coef = eliminate(solution.coef, counts.y_cross, cross, d_out)

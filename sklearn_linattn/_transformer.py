@@ -8,7 +8,7 @@ from ._base import sequence_tags
 from ._features import attention_features, feature_names, n_attention_features, row_factors
 from ._memory import real_tokens
 from ._terms import LinearTerms
-from ._training import check_layout
+from ._source import check_layout
 from ._params import check_decays
 from ._validation import check_data_format, check_readout, check_sequences
 

@@ -9,7 +9,8 @@ from sklearn.model_selection import GroupKFold, KFold, TimeSeriesSplit
 from reference import ref_features, ref_prefix_features
 from sklearn_linattn import LinearAttentionRegressor, LinearAttentionRegressorCV, mhla_forward
 from sklearn_linattn._cv import DEFAULT_ALPHAS, cv_splits, split_groups
-from sklearn_linattn._problem import SequenceData, StandardizedProblem
+from sklearn_linattn._problem import StandardizedProblem
+from sklearn_linattn._source import ArraySource
 from sklearn_linattn._solvers import SufficientStatistics
 from sklearn_linattn._terms import LinearTerms
 from sklearn_linattn.metrics import sequence_scorer
@@ -238,11 +239,11 @@ def test_rank_deficient_design_scores_on_the_row_space_equal_full_size_solves(mo
 
 
 def test_positive_definite_splits_by_cholesky_equal_the_references(monkeypatch):
-    import sklearn_linattn._cv as cv_module
+    from sklearn_linattn._solvers import normal  # the splits' solves (PenaltyPath)
 
     decompositions = []
-    eigh = cv_module.descending_eigh
-    monkeypatch.setattr(cv_module, "descending_eigh",
+    eigh = normal.descending_eigh
+    monkeypatch.setattr(normal, "descending_eigh",
                         lambda *args, **kwargs: decompositions.append(1) or eigh(*args, **kwargs))
     X, y, lengths = make_data(19, n=300, d=5)  # psi = 75: "cholesky"
     w = np.ones(len(X))
@@ -301,10 +302,10 @@ def test_group_statistics_of_one_pass_equal_each_groups_own_statistics():
     labels = np.arange(40) % 3
     terms = LinearTerms(3, intercept=True, skip=True)
     Y = np.where(np.isnan(y), 0.0, y)[..., None]
-    data = SequenceData(Xz, lengths, Y, None, "all")
+    data = ArraySource.validated(Xz, lengths, Y, None, "all")
     with sklearn.config_context(working_memory=0.02):
-        problem = StandardizedProblem.from_data(data, readout="all", d_out=1, terms=terms,
-                                                statistics=True, groups=labels)
+        problem = StandardizedProblem.from_source(data, readout="all", terms=terms,
+                                                  solver="eigh", groups=labels)
     st = problem.standardizer
     for g, part in enumerate(problem.group_stats):
         own = SufficientStatistics(3, 1 + terms.n_terms, standardizer=st).update(
@@ -323,25 +324,26 @@ def test_groups_accumulated_again_when_the_map_is_refused_equal_the_mapped_ones(
 
     X, y, lengths = make_data(17, n=40)
     labels = np.arange(40) % 4
-    data = SequenceData(X, lengths, y[:, None], None, "last")
+    data = ArraySource.validated(X, lengths, y[:, None], None, "last")
 
     def problem():
         with sklearn.config_context(working_memory=0.01):
-            return StandardizedProblem.from_data(data, readout="last", d_out=1,
-                                                 terms=LinearTerms(3), statistics=True,
-                                                 groups=labels)
-
-    from sklearn_linattn import _problem
+            return StandardizedProblem.from_source(data, readout="last", terms=LinearTerms(3),
+                                                   solver="eigh", groups=labels)
 
     passes = []
-    second = _problem._group_statistics_again
-    monkeypatch.setattr(_problem, "_group_statistics_again",
-                        lambda *args: passes.append(1) or second(*args))
+    reduce = ArraySource.reduce
+
+    def counted(self, start, **kwargs):
+        passes.append(kwargs.get("name"))
+        return reduce(self, start, **kwargs)
+
+    monkeypatch.setattr(ArraySource, "reduce", counted)
     mapped = problem()
     # Final coordinates "too far" from the first chunk's: a second pass.
     monkeypatch.setattr(_moments, "_MAP_CONDITION", 0.5)
     again = problem()
-    assert len(passes) == 1
+    assert passes.count("statistics") == 1 and len(passes) == 3
     for a, b in zip(mapped.group_stats, again.group_stats):
         np.testing.assert_allclose(a.gram, b.gram, rtol=1e-10, atol=1e-12 * b.gram.max())
         np.testing.assert_allclose(a.moment, b.moment, rtol=1e-10, atol=1e-12)

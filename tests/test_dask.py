@@ -31,9 +31,11 @@ from distributed.utils import key_split  # noqa: E402
 from numpy.testing import assert_allclose  # noqa: E402
 
 from sklearn_linattn import LinearAttentionRegressor  # noqa: E402
-from sklearn_linattn._dask import dask_sufficient_statistics, is_dask_collection  # noqa: E402
+from sklearn_linattn._dask import DaskSource, is_dask_collection  # noqa: E402
+from sklearn_linattn._problem import StandardizedProblem  # noqa: E402
 from sklearn_linattn._solvers import SufficientStatistics  # noqa: E402
-from sklearn_linattn._standardize import standardizer_for  # noqa: E402
+from sklearn_linattn._source import standardizer_of  # noqa: E402
+from sklearn_linattn._terms import LinearTerms  # noqa: E402
 from sklearn_linattn._validation import check_sequences, check_targets  # noqa: E402
 
 N_TOKENS, D = 5, 3
@@ -44,6 +46,23 @@ SAFETY_NET = 300
 # The cluster's own connection timeouts (30 s by default), as generous.
 GENEROUS_COMMS = {"distributed.comm.timeouts.connect": f"{SAFETY_NET}s",
                   "distributed.comm.timeouts.tcp": f"{SAFETY_NET}s"}
+
+
+
+def dask_sufficient_statistics(X, y, *, readout="last", token_dim=None, sample_weight=None,
+                               n_features_in=None, split_every=None, timeout=None,
+                               data_format="channels_last"):
+    """The statistics a fit's pass gathers from dask input (its source, its pass).
+
+    Returns ``(stats, n_tokens, single_output)``.
+    """
+    source = DaskSource(X, y, sample_weight, readout=readout, token_dim=token_dim,
+                        data_format=data_format, n_features_in=n_features_in,
+                        split_every=split_every, timeout=timeout)
+    problem = StandardizedProblem.from_source(source, readout=readout,
+                                              terms=LinearTerms(source.d), solver="eigh")
+    return problem.stats, source.n_tokens, source.single_output
+
 
 _UPDATE_TAKES_SAMPLE_WEIGHT = (
     "sample_weight" in inspect.signature(SufficientStatistics.update).parameters
@@ -137,7 +156,7 @@ def _in_memory(X, y, *, readout="last", token_dim=None, sample_weight=None):
     Y, single = check_targets(y, lengths, Xv.shape[1], readout=readout)
     w = None if sample_weight is None else np.broadcast_to(
         np.asarray(sample_weight, dtype=float), (Xv.shape[0],))
-    standardizer = standardizer_for(Xv, lengths, Y, w)
+    standardizer = standardizer_of(Xv, lengths, Y, w)
     stats = SufficientStatistics(Xv.shape[2], Y.shape[-1], standardizer=standardizer)
     return stats.update(Xv, lengths, Y, readout=readout, sample_weight=w), Xv.shape[1], single
 

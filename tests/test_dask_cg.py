@@ -10,6 +10,7 @@ after ``SAFETY_NET`` seconds, and the tests of the timeout move the solver's
 clock past its deadline instead of racing a real one.
 """
 
+import functools
 import gc
 import threading
 import time
@@ -30,16 +31,16 @@ from numpy.testing import assert_allclose  # noqa: E402
 
 from sklearn_linattn import LinearAttentionRegressor  # noqa: E402
 from sklearn_linattn import _memory, mhla_forward  # noqa: E402
-from sklearn_linattn._dask import dask_scales  # noqa: E402
-from sklearn_linattn._dask_cg import (  # noqa: E402
+from sklearn_linattn._dask import (  # noqa: E402
+    DaskSource,
     _BlockRows,
     _DaskGram,
     _block_rows,
-    dask_solve_cg,
 )
 from sklearn_linattn._features import features_matvec, n_attention_features  # noqa: E402
+from sklearn_linattn._moments import RowReader, scales_pass  # noqa: E402
 from sklearn_linattn._solvers import choose_solver  # noqa: E402
-from sklearn_linattn._solvers._rows import all_rows  # noqa: E402
+from sklearn_linattn._solvers.cg import cg_cache_dtype, solve_cg  # noqa: E402
 from sklearn_linattn._validation import check_sequences  # noqa: E402
 
 TOL = 1e-10
@@ -119,7 +120,7 @@ def _late_products(monkeypatch):
     works must then end the fit.  Returns the (deadline, timeout) each product
     saw.
     """
-    import sklearn_linattn._dask_cg as dask_cg
+    import sklearn_linattn._dask as dask_cg
 
     offset = [0.0]
     monkeypatch.setattr(dask_cg, "time",
@@ -139,8 +140,23 @@ def _late_products(monkeypatch):
 def _rows(X, y, standardizer, w=None, offset=0, budget=None):
     """One block's ``_block_rows`` in the layout of these tests."""
     return _block_rows(X, y, w, offset, readout="last", token_dim=None, n_features_in=None,
-                       data_format="channels_last", standardizer=standardizer,
-                       terms=(False, False), memory_budget=budget)
+                       data_format="channels_last", standardizer=standardizer, terms=None,
+                       cache_rule=functools.partial(cg_cache_dtype, memory_budget=budget))
+
+
+def dask_scales(X, y, sample_weight=None):
+    """The scales a fit's first pass gathers from dask input."""
+    source = DaskSource(X, y, sample_weight)
+    return source.reduce(functools.partial(scales_pass, d=source.d, readout="last")).scales
+
+
+def dask_solve_cg(X, y, *, standardizer, timeout=None, alpha=0.0, **options):
+    """The registry's "cg" on a dask array's persisted blocks (released after)."""
+    rows = DaskSource(X, y, timeout=timeout).rows(standardizer, None)
+    try:
+        return solve_cg(rows, alpha, options)
+    finally:
+        rows.release()
 
 
 def _assert_same_fit(a, b, X_new):
@@ -228,7 +244,7 @@ def test_the_operator_is_the_dense_gram_matrix():
     op = _DaskGram(blocks, psi, exact, split_every=2, deadline=None, name="test")
     # The standardized feature rows the solver sees, formed one by one.
     Xv, lengths = check_sequences(X)
-    rows = all_rows(Xv, lengths, "last", None, w, standardizer)
+    rows = RowReader.of_arrays(Xv, lengths, None, "last", w, standardizer).all_rows()
     S, x, wr = rows.S, rows.x, rows.w
     Phi = np.stack([features_matvec(S[i:i + 1], x[i:i + 1], np.eye(psi))[0]
                     for i in range(S.shape[0])])
@@ -269,9 +285,9 @@ def test_float32_block_caches_keep_float64_results():
     block = _rows(X[:100], y[:100], standardizer, budget=budget)
     assert not block[0].op.exact
     with dask.config.set(scheduler="threads"):
-        small, _ = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL,
-                                 memory_budget=budget)
-        large, _ = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL)
+        small = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL,
+                              memory_budget=budget)
+        large = dask_solve_cg(Xd, yd, standardizer=standardizer, tol=TOL)
     assert_allclose(small.coef, large.coef, rtol=0, atol=1e-8 * np.abs(large.coef).max())
     assert small.rank == large.rank == n_attention_features(3)
 
@@ -388,7 +404,7 @@ def test_blocks_are_released_while_the_timeout_error_lives(client, monkeypatch):
         dask_solve_cg(Xd, yd, standardizer=standardizer, tol=1e-14, timeout=SAFETY_NET)
     assert seen
     frames = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.tb)]
-    assert "dask_solve_cg" in frames
+    assert "solve_cg" in frames
     _assert_released(client, "linattn-cg")
 
 
@@ -396,7 +412,7 @@ def test_a_fit_that_ends_does_not_release_the_blocks_of_another(client, monkeypa
     """Regression: fits differing only in alpha shared their blocks' keys, so the first to
     end cancelled the other's blocks (a second fit runs, to its end, during the first one's
     first product)."""
-    import sklearn_linattn._dask_cg as dask_cg
+    import sklearn_linattn._dask as dask_cg
 
     rng = np.random.default_rng(14)
     X, V, Q = _teacher(rng, 400, 5, 3)

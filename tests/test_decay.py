@@ -313,11 +313,11 @@ def test_chunked_decayed_fit_equals_the_whole_fit(monkeypatch, route, readout):
     import sklearn
 
     from sklearn_linattn import _problem
-    from sklearn_linattn import _training as training_module
+    from sklearn_linattn import _source as training_module
 
     monkeypatch.setattr(training_module, "_VALIDATION_CHUNK", 2**14)
     if route == "second pass":
-        monkeypatch.setattr(_problem, "_map_is_cheaper", lambda data, shape: False)
+        monkeypatch.setattr(_problem, "_map_is_cheaper", lambda source: False)
     V, Q, g = _teacher(seed=11, d=3)
     rng = np.random.default_rng(11)
     X, lengths = _padded(rng, 1500, 12, 3, min_length=2)

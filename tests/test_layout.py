@@ -19,7 +19,7 @@ from sklearn_linattn import (
     certify_identifiability,
     mhla_forward,
 )
-from sklearn_linattn._training import check_layout
+from sklearn_linattn._source import check_layout
 from sklearn_linattn.exceptions import LayoutWarning
 
 
@@ -168,7 +168,7 @@ def test_a_forgotten_channels_first_layout_warns_before_the_work(monkeypatch):
 
     # The pass over the data is not reached: the warning, raised as an error, ends the fit
     # first.
-    monkeypatch.setattr(StandardizedProblem, "from_data", _no_work)
+    monkeypatch.setattr(StandardizedProblem, "from_source", _no_work)
     rng = np.random.default_rng(8)
     X = rng.normal(size=(40, 6, 100))  # (n_samples, n_channels, n_timepoints)
     y = rng.normal(size=(40, 6, 3))

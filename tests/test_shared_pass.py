@@ -6,8 +6,8 @@ import pytest
 from sklearn_linattn import LinearAttentionRegressor
 from sklearn_linattn import _spectrum as spectrum
 from sklearn_linattn._krylov import ByColumns, pcg
-from sklearn_linattn._solvers import Design
-from sklearn_linattn._solvers.cg import _ImplicitGram, _KroneckerPreconditioner
+from sklearn_linattn._moments import ImplicitGram, RowReader
+from sklearn_linattn._solvers.cg import _KroneckerPreconditioner
 from sklearn_linattn._spectrum import (
     _pencil_lanczos,
     eigenvalue_tolerance,
@@ -18,7 +18,7 @@ from sklearn_linattn._spectrum import (
 
 def _setup(X, cache_dtype=np.float64):
     lengths = np.full(X.shape[0], X.shape[1])
-    op = _ImplicitGram(Design.of_arrays(X, lengths), cache_dtype=cache_dtype)
+    op = ImplicitGram(RowReader.of_arrays(X, lengths), cache_dtype=cache_dtype)
     setup = op.setup()
     precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"], 0.0,
                                        np.float64)

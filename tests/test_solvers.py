@@ -26,10 +26,10 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._features import features_matvec, features_rmatvec, row_factors
 from sklearn_linattn._memory import default_memory_budget
-from sklearn_linattn._standardize import standardizer_for
+from sklearn_linattn._source import standardizer_of
+from sklearn_linattn._moments import ImplicitGram, RowReader
 from sklearn_linattn._solvers import (
     SOLVERS,
-    Design,
     SufficientStatistics,
     choose_solver,
     solve_statistics,
@@ -56,7 +56,7 @@ def _data(rng, n_samples, n_tokens, d, *, readout="last", d_out=1, min_len=2):
 
 
 def _reference_rows(X, lengths, y, readout, sample_weight=None):
-    """Design rows, targets and row weights from the loop reference."""
+    """Feature rows, targets and row weights from the loop reference."""
     if readout == "last":
         Phi, Y = ref_features(X, lengths), y
         w = sample_weight
@@ -336,7 +336,7 @@ def test_solve_statistics_equals_solve():
     rng = np.random.default_rng(6)
     X, lengths, y = _data(rng, 200, 6, 5)  # psi = 75: "auto" -> cholesky
     Xz = np.where(np.isnan(X), 0.0, X)
-    st = standardizer_for(Xz, lengths, y)  # alpha penalises standardized coefficients
+    st = standardizer_of(Xz, lengths, y)  # alpha penalises standardized coefficients
     stats = SufficientStatistics(5, 1, standardizer=st).update(Xz, lengths, y)
     for solver in ["eigh", "cholesky", "auto"]:
         a = solve_statistics(stats, 0.1, solver)
@@ -522,9 +522,9 @@ def test_cg_certificate_agrees_on_rank_deficient_data(data, readout):
 
 
 def _pencil_setup(X, lengths, readout="last", cache_dtype=np.float64):
-    from sklearn_linattn._solvers.cg import _ImplicitGram, _KroneckerPreconditioner
+    from sklearn_linattn._solvers.cg import _KroneckerPreconditioner
 
-    op = _ImplicitGram(Design.of_arrays(X, lengths, None, readout), cache_dtype=cache_dtype)
+    op = ImplicitGram(RowReader.of_arrays(X, lengths, None, readout), cache_dtype=cache_dtype)
     setup = op.setup()
     precond = _KroneckerPreconditioner(setup["A"], setup["B"], setup["weight_sum"], 0.0,
                                        np.float64)
@@ -646,7 +646,7 @@ def test_statistics_in_blocks_match_the_reference(monkeypatch, d, weighted, padd
 @pytest.mark.parametrize("weighted", [False, True])
 def test_cg_row_cache_matches_streaming(readout, weighted):
     """Cached (float64, float32) and streamed products: same G V, same fit, same certificate."""
-    from sklearn_linattn._solvers.cg import _ImplicitGram, solve_cg
+    from sklearn_linattn._solvers.cg import solve_cg
 
     rng = np.random.default_rng([11, len(readout), weighted])
     n = 90 if readout == "last" else 25
@@ -657,7 +657,7 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
     Xz = np.where(np.isnan(X), 0.0, X)
     Yz = np.where(np.isnan(y), 0.0, y)
     V = rng.normal(size=(40, 3))
-    ops = {c: _ImplicitGram(Design.of_arrays(Xz, lengths, Yz, readout, w), cache_dtype=c)
+    ops = {c: ImplicitGram(RowReader.of_arrays(Xz, lengths, Yz, readout, w), cache_dtype=c)
            for c in (None, "float64", "float32")}
     for op in ops.values():
         op.setup()
@@ -670,7 +670,7 @@ def test_cg_row_cache_matches_streaming(readout, weighted):
     # Fits: the float32 cache is corrected by exact residuals, so all agree to tol.
     dense = solve_arrays(Xz, lengths, Yz, readout=readout, solver="eigh", sample_weight=w)
     for cache in (None, "float64", "float32"):
-        design = Design.of_arrays(Xz, lengths, Yz, readout, w, dense.standardizer)
+        design = RowReader.of_arrays(Xz, lengths, Yz, readout, w, dense.standardizer)
         sol = solve_cg(design, 0.0, dict(tol=1e-12, max_iter=5000, cache_dtype=cache))
         assert _rel(sol.coef, dense.coef) <= 1e-9, cache
         assert sol.lambda_max == pytest.approx(dense.lambda_max, rel=1e-6)
@@ -688,7 +688,7 @@ def test_cg_float32_cache_certifies_rank_deficient_data():
     lengths = np.full(120, 6)
     y = rng.normal(size=(120, 1))
     dense = solve_arrays(X, lengths, y, solver="eigh")
-    design = Design.of_arrays(X, lengths, y, "last", standardizer=dense.standardizer)
+    design = RowReader.of_arrays(X, lengths, y, "last", standardizer=dense.standardizer)
     sol = solve_cg(design, 0.0, dict(tol=1e-12, max_iter=5000, cache_dtype="float32"))
     assert dense.rank < 40 and sol.rank_is_bound and sol.rank >= dense.rank
     assert not sol.lambda_min - sol.lambda_min_error > sol.tol

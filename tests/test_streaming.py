@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import sklearn
 
-import sklearn_linattn._training as training_module
+import sklearn_linattn._source as training_module
 from sklearn_linattn import LinearAttentionRegressor, mhla_forward
 from sklearn_linattn._solvers import SufficientStatistics
-from sklearn_linattn._standardize import standardizer_for
+from sklearn_linattn._source import standardizer_of
 from sklearn_linattn._validation import check_sequences, check_targets
 
 
@@ -122,7 +122,7 @@ def test_fit_statistics_from_merged_blocks():
     Y, _ = check_targets(y[..., 0], lengths, Xv.shape[1], readout="all")
     # Blocks accumulated in the standardized coordinates of the whole data
     # give the whole fit, certificate numbers included.
-    standardizer = standardizer_for(Xv, lengths, Y)
+    standardizer = standardizer_of(Xv, lengths, Y)
     blocks = [
         SufficientStatistics(4, 1, standardizer=standardizer).update(
             Xv[sl], lengths[sl], Y[sl], readout="all")
@@ -184,7 +184,7 @@ def test_statistics_of_many_chunks_equal_those_of_all_the_data(small_chunks, mon
     from sklearn_linattn import _problem
 
     if route == "second pass":
-        monkeypatch.setattr(_problem, "_map_is_cheaper", lambda data, shape: False)
+        monkeypatch.setattr(_problem, "_map_is_cheaper", lambda source: False)
     rng = np.random.default_rng(9)
     X, lengths, y = _data(rng, 1500, 12, 3)
     X[:300, :, 1] *= drift  # the first chunks' second coordinate

@@ -8,10 +8,10 @@ from .._solvers import (
     choose_solver,
     solve_statistics,
 )
-from .._problem import SequenceData, StandardizedProblem, keep_rows
-from .._solvers._rows import count_rows
+from .._moments import count_rows
+from .._problem import StandardizedProblem, keep_rows
+from .._source import ArraySource, check_layout
 from .._terms import LinearTerms, fit_terms
-from .._training import check_layout
 from .._validation import (
     check_data_format,
     check_readout,
@@ -154,16 +154,19 @@ def certify_identifiability(
     check_solver_memory(solver, n_rows, psi)
     if n_rows == 0:
         raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
-    problem = StandardizedProblem.from_data(
-        SequenceData(X, lengths, None, sample_weight, readout), readout=readout, d_out=0,
-        terms=terms,
-        keep=keep_rows(solver, n_rows, d, terms.n_terms, n_blocks=n_blocks), decays=decays)
-    # The term columns are the only targets: their fit by attention gives K.
-    solution = problem.solve(solver, residuals=bool(terms))
-    stats = solution.counts
-    space = None
-    if terms:
-        solution, space, _ = fit_terms(solution, stats, terms, 0, design=problem.design())
+    problem = StandardizedProblem.from_source(
+        ArraySource.validated(X, lengths, None, sample_weight, readout), readout=readout,
+        terms=terms, solver=solver, decays=decays,
+        keep=keep_rows(solver, n_rows, d, terms.n_terms, n_blocks=n_blocks))
+    try:
+        # The term columns are the only targets: their fit by attention gives K.
+        solution = problem.solve(solver, residuals=bool(terms))
+        stats = solution.counts
+        space = None
+        if terms:
+            solution, space, _ = fit_terms(solution, stats, terms, 0, rows=problem.rows)
+    finally:
+        problem.release()
     if (
         tol is not None
         and REGISTRY[solution.method].spectrum == "factor"

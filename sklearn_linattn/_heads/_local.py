@@ -7,7 +7,7 @@ import scipy.linalg
 
 from .._attention import NO_EXPONENT, head_exponents
 from .._features import pair_indices
-from .._standardize import standardizer_for
+from .._source import standardizer_of
 from .._validation import check_heads
 from ._bilinear import _EPS, BilinearData, _check_jacobian_memory, _validated
 from ._compression import _coef_map_of_key_queries, _coef_map_of_values, balance
@@ -301,7 +301,7 @@ def _local_certificate(X, lengths, readout, weight, V, Q, what=None):
     ``what`` names the caller in the memory check (None: checked already).
     """
     eps_in = max(_EPS, float(np.finfo(X.dtype).eps)) if X.dtype.kind == "f" else _EPS
-    st = standardizer_for(X, lengths, None, weight)
+    st = standardizer_of(X, lengths, None, weight)
     n_samples, n_tokens = X.shape[:2]
     d_out = V.shape[1]
     # The rows need targets only for their scale, which ranks do not see.

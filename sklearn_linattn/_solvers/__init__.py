@@ -1,4 +1,4 @@
-"""Least squares in feature space: the solvers, what each can do, and the one dispatch.
+"""Least squares in feature space: the solvers and what each can do.
 
 Every solver minimises ``sum_rows w_row ||y_row - c H_row||^2 + alpha ||c||^2``
 over the folded coefficients c, in standardized coordinates (see
@@ -7,33 +7,33 @@ coefficients with what the identifiability certificate needs about the
 spectrum of ``G = Phi^T W Phi``, and the counts of the rows it was fitted on.
 
 :data:`REGISTRY` maps each name to a :class:`Solver` that declares what it
-can do; :func:`choose_solver` resolves ``"auto"`` once, and
-:meth:`~.._problem.StandardizedProblem.solve` is the one dispatch from the
-standardized problem to a solution.  One module per
+can do (what it reads, which spectrum it returns, its memory, whether the
+pass keeps rows for it, how it runs on dask input, how it solves many
+penalties at once); :func:`choose_solver` resolves ``"auto"`` once.  The
+callers read the declarations, never a solver's name.  One module per
 family: :mod:`.normal` (``"eigh"``, ``"cholesky"`` from
-:class:`SufficientStatistics`), :mod:`.design` (``"svd"``, ``"dual"``),
+:class:`SufficientStatistics`), :mod:`.matrix` (``"svd"``, ``"dual"``),
 :mod:`.cg` (matrix-free) and :mod:`.lsmr` (sparse rows).
 """
 
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 
 from .._memory import DENSE_ARRAYS, resolve_budget
-from ._rows import Design
 from ._solution import SpectralSolution
 from ._statistics import RowCounts, SufficientStatistics
-from .cg import solve_cg
-from .design import solve_dual, solve_svd
+from .cg import cg_cache_dtype, solve_cg
 from .lsmr import solve_lsmr
-from .normal import FULL_SPECTRUM_PSI, solve_cholesky, solve_eigh
+from .matrix import solve_dual, solve_svd
+from .normal import FULL_SPECTRUM_PSI, PenaltyPath, solve_cholesky, solve_eigh
 
 __all__ = [
     "DASK_SOLVERS",
     "REGISTRY",
     "SOLVERS",
     "STATISTICS_SOLVERS",
-    "Design",
     "RowCounts",
     "Solver",
     "SpectralSolution",
@@ -62,6 +62,20 @@ def _sized_to_budget(n_rows, psi):
     return 0.0
 
 
+def _never(n_rows, d, n_blocks=1, memory_budget=None):
+    return False
+
+
+def _always(n_rows, d, n_blocks=1, memory_budget=None):
+    return True
+
+
+def _cg_keeps_rows(n_rows, d, n_blocks=1, memory_budget=None):
+    # The float64 rows are the cache; a float32 cache is filled by the solver's
+    # own pass, which keeps no float64 rows of twice its size.
+    return cg_cache_dtype(n_rows, d, memory_budget, n_blocks) == np.float64
+
+
 @dataclass(frozen=True)
 class Solver:
     """A solver and what it can do.
@@ -71,11 +85,14 @@ class Solver:
     name : str
         The ``solver`` value that selects it.
     function : callable
-        ``function(stats, alpha)`` when ``statistics``, else
-        ``function(design, alpha, options)`` with a :class:`Design` (the
-        standardized rows, or the sequences to compute them from) and a dict
-        of ``tol``, ``max_iter``, ``memory_budget`` and ``residuals``;
-        ``alpha`` is the unit-free ridge penalty.
+        ``function(stats, alpha, previous=None)`` when ``statistics`` (with
+        ``previous`` an earlier solution of the same statistics whose
+        decomposition serves another penalty), else ``function(rows, alpha,
+        options)`` with a :class:`~.._moments.RowReader` (the standardized
+        rows, or the sequences to compute them from; for ``"cg"`` on dask
+        input the persisted blocks) and a dict of ``tol``, ``max_iter``,
+        ``memory_budget``, ``residuals`` and ``counts``; ``alpha`` is the
+        unit-free ridge penalty.
     statistics : bool
         Works from :class:`SufficientStatistics` alone: streams over chunks,
         continues with ``partial_fit``, merges Dask blocks.
@@ -88,9 +105,12 @@ class Solver:
     memory : callable
         ``memory(n_rows, psi)``: bytes of the dense arrays it allocates; 0
         for solvers that size their work to the budget themselves.
-    reads_in_place : bool
-        Reads the caller's array chunk by chunk instead of a validated copy
-        (and caches its rows itself).
+    keeps_rows : callable
+        ``keeps_rows(n_rows, d, n_blocks, memory_budget)``: whether the fit's
+        pass keeps the standardized rows (float64) for it.
+    counts_rows : bool
+        Counts the rows in a pass of its own (they were not kept): the caller
+        hands it an empty :class:`RowCounts` to fill (``options["counts"]``).
     sparse_only : bool
         Only worth it on sparse (one-hot) tokens; never chosen by ``"auto"``.
     dask : str or None
@@ -98,6 +118,11 @@ class Solver:
         ``"statistics"`` (each block reduced to statistics, summed in a
         tree), ``"matrix-free"`` (each product with G a map-reduce over the
         persisted blocks) or None (not at all).
+    penalty_path : object or None
+        ``penalty_path(G, b, psi=, trace=, dtype=, n_penalties=)``: the
+        solutions of many penalties from one factorization of the same Gram
+        matrix (:class:`~.normal.PenaltyPath`; the cross-validation's solves),
+        by the solver's own rule of zero eigenvalues.
     """
 
     name: str
@@ -105,22 +130,24 @@ class Solver:
     statistics: bool
     spectrum: str
     memory: Callable
-    reads_in_place: bool = False
+    keeps_rows: Callable = _never
+    counts_rows: bool = False
     sparse_only: bool = False
     dask: str | None = None
+    penalty_path: object = None
 
 
 REGISTRY = {
     s.name: s
     for s in (
         Solver("eigh", solve_eigh, True, "eigenbasis", _normal_equations_memory,
-               dask="statistics"),
+               dask="statistics", penalty_path=PenaltyPath),
         Solver("cholesky", solve_cholesky, True, "factor", _normal_equations_memory,
-               dask="statistics"),
-        Solver("svd", solve_svd, False, "eigenbasis", _svd_memory),
-        Solver("dual", solve_dual, False, "eigenbasis", _dual_memory),
-        Solver("cg", solve_cg, False, "min-vector", _sized_to_budget, reads_in_place=True,
-               dask="matrix-free"),
+               dask="statistics", penalty_path=PenaltyPath),
+        Solver("svd", solve_svd, False, "eigenbasis", _svd_memory, keeps_rows=_always),
+        Solver("dual", solve_dual, False, "eigenbasis", _dual_memory, keeps_rows=_always),
+        Solver("cg", solve_cg, False, "min-vector", _sized_to_budget,
+               keeps_rows=_cg_keeps_rows, counts_rows=True, dask="matrix-free"),
         Solver("lsmr", solve_lsmr, False, "active-eigenbasis", _sized_to_budget,
                sparse_only=True),
     )
@@ -256,7 +283,7 @@ def check_solver_memory(solver, n_rows, psi, memory_budget=None):
     )
 
 
-def solve_statistics(stats, alpha=0.0, solver="eigh"):
+def solve_statistics(stats, alpha=0.0, solver="eigh", *, previous=None):
     """Finish a fit from sufficient statistics.
 
     Statistics accumulated anywhere (chunks of a stream, blocks of a
@@ -271,6 +298,10 @@ def solve_statistics(stats, alpha=0.0, solver="eigh"):
         Ridge penalty; 0 gives the minimum-norm least-squares solution.
     solver : {"eigh", "cholesky", "auto"}, default="eigh"
         ``"auto"`` picks by shape as :func:`choose_solver` does.
+    previous : SpectralSolution or None, default=None
+        An earlier solution of the same statistics: its eigen-decomposition,
+        when it has one, serves this penalty (the solver's choice does not
+        depend on the penalty).
 
     Returns
     -------
@@ -303,11 +334,6 @@ def solve_statistics(stats, alpha=0.0, solver="eigh"):
             "stats hold no feature row: every sequence so far had zero weight, or none "
             "was added; there is nothing to fit."
         )
-    return _solved(REGISTRY[solver], stats, alpha)
-
-
-def _solved(spec, stats, alpha):
-    """The statistics solver's solution, carrying the statistics as its counts."""
-    solution = spec.function(stats, alpha)
+    solution = REGISTRY[solver].function(stats, alpha, previous=previous)
     solution.counts = stats
     return solution

@@ -1,12 +1,14 @@
 """Sufficient statistics of the least squares: row counts, ``Phi^T W Phi`` and ``Phi^T W Y``."""
 
+import functools
+
 import numpy as np
 
 from .._features import features_rmatvec, pair_index_matrix, pair_indices
-from .._memory import iter_sample_chunks, n_pairs, sample_values
+from .._memory import iter_sample_chunks, n_pairs, zero_padding
+from .._moments import MomentPass
 from .._standardize import TokenStandardizer, feature_map
 from .._validation import check_lengths_array, check_readout
-from ._rows import chunk_rows
 
 __all__ = ["RowCounts", "SufficientStatistics"]
 
@@ -73,11 +75,15 @@ class RowCounts:
     standardizer : TokenStandardizer or None, default=None
         Standardized coordinates of the rows (see :mod:`.._standardize`);
         None counts the data as given.
+    readout : {"last", "all"} or None, default=None
+        Readout of the counted rows; None: fixed by the first :meth:`update`.
+    terms : LinearTerms or None, default=None
+        Intercept and skip columns among the targets (the last ``n_terms``
+        of ``d_out``); None: none, or set by the first :meth:`update` that
+        has them.
 
     Attributes
     ----------
-    readout : {"last", "all"} or None
-        Readout of the counted rows; fixed by the first :meth:`update`.
     y_sq : ndarray of shape (d_out,) or None
         Weighted sum of squares of the targets.
     y_cross : ndarray of shape (d_out, d_out) or None
@@ -102,7 +108,7 @@ class RowCounts:
 
     has_gram = False
 
-    def __init__(self, d, d_out=None, *, standardizer=None):
+    def __init__(self, d, d_out=None, *, standardizer=None, readout=None, terms=None):
         self.d = int(d)
         if self.d < 1:
             raise ValueError(f"d must be a positive integer; got {d!r}.")
@@ -117,8 +123,8 @@ class RowCounts:
                 f"d={self.d}."
             )
         self.standardizer = standardizer
-        self.readout = None
-        self.terms = None
+        self.readout = readout
+        self.terms = terms if terms else None
         self.y_sq = None if self.d_out is None else np.zeros(self.d_out)
         self.y_cross = None if self.d_out is None else np.zeros((self.d_out, self.d_out))
         self.y_sum = None if self.d_out is None else np.zeros(self.d_out)
@@ -183,13 +189,16 @@ class RowCounts:
         self.readout = readout
         if terms:
             self.terms = terms
-        n_samples, n_tokens = X.shape[:2]
-        self.note_sequences(n_samples if w is None else int(np.count_nonzero(w > 0)),
-                            n_tokens, X.dtype)
-        per_row = 3 * self.standardizer.n_moments + 2 * self.d + (self.d_out or 0) * (self.d + 2)
-        per_sample = sample_values(self.d, n_tokens, readout, per_row)
-        for sl in iter_sample_chunks(n_samples, per_sample):
-            self.add_rows(chunk_rows(X, lengths, sl, readout, Y, w, self.standardizer, terms))
+        # The fit's own accumulator, in these coordinates.
+        n_real = None if Y is None else Y.shape[-1]
+        batch = MomentPass(self.d, n_real, readout, terms=terms if terms else None,
+                           statistics=functools.partial(type(self), self.d, self.d_out,
+                                                        readout=readout, terms=self.terms),
+                           coordinates=self.standardizer, decays=self.standardizer.decays)
+        batch.add(zero_padding(np.asarray(X), lengths), lengths, Y, w)
+        part = batch.statistics(self.standardizer)
+        if part is not None:
+            self.merge(part)
         return self
 
     def note_sequences(self, n_samples, n_tokens, dtype):
@@ -370,8 +379,8 @@ class SufficientStatistics(RowCounts):
 
     has_gram = True
 
-    def __init__(self, d, d_out=None, *, standardizer=None):
-        super().__init__(d, d_out, standardizer=standardizer)
+    def __init__(self, d, d_out=None, *, standardizer=None, readout=None, terms=None):
+        super().__init__(d, d_out, standardizer=standardizer, readout=readout, terms=terms)
         P = self.standardizer.n_moments
         self._compact = np.zeros((n_pairs(P), n_pairs(self.d)))
         self.moment = None if self.d_out is None else np.zeros((self.n_features, self.d_out))

@@ -1,5 +1,6 @@
 """The matrix-free solver ``"cg"``: preconditioned CG on implicit normal equations."""
 
+import functools
 import time
 import warnings
 
@@ -7,8 +8,7 @@ import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
-from .._features import features_matvec, features_rmatvec
-from .._memory import iter_sample_chunks, n_pairs, resolve_budget
+from .._memory import n_pairs, resolve_budget
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._solution import SpectralSolution, ridge_penalty, zero_design_solution
 
@@ -21,128 +21,6 @@ _CG_MAX_ITER = 1000
 # float32 (then every result is checked with exact float64 products streamed
 # from X) when they fit in that fraction.
 _CG_CACHE_FRACTION = {np.dtype(np.float64): 1 / 8, np.dtype(np.float32): 1 / 4}
-
-
-class _ImplicitGram:
-    """``G = Phi^T W Phi`` as products over the row factors; never formed.
-
-    The rows come from a :class:`~._rows.Design`: the fit's standardized rows
-    in memory (then they are the cache: :meth:`matmat` is two GEMMs per
-    chunk), or the sequences, whose rows each product recomputes
-    (O(N n d^2) per pass) unless :meth:`setup` keeps them in ``cache_dtype``
-    (``n_rows * (P + d + 1)`` values).  A float32 cache makes :meth:`matmat`
-    inexact (relative error about 1e-7): :meth:`matmat_exact` then streams
-    float64 products from the sequences, and :attr:`exact` is False.
-    """
-
-    def __init__(self, design, cache_dtype=None):
-        self.design = design
-        self.n_rows = design.n_rows
-        self.d = design.d
-        self.P = design.standardizer.n_moments
-        self.psi = design.standardizer.n_features
-        self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
-        self._cache = None
-        rows = design.rows
-        if rows is not None:
-            # Rows kept by the fit (float64, see keep_rows) are the cache already.
-            self._cache, self.cache_dtype = (rows.S, rows.x, rows.w), None
-
-    @property
-    def exact(self):
-        """Whether :meth:`matmat` is a float64 product."""
-        return self._cache is None or self._cache[0].dtype == np.float64
-
-    def _chunks(self, k):
-        """Exact (float64) rows, chunk by chunk."""
-        yield from self.design.row_chunks(self.P * (k + 2) + self.d * (k + 2))
-
-    def matmat(self, V):
-        """``G @ V`` for V of shape (psi, k), from the cache when there is one."""
-        V = np.asarray(V, dtype=np.float64)
-        if V.ndim == 1:
-            return self.matmat(V[:, None])[:, 0]
-        if self._cache is None:
-            return self.matmat_exact(V)
-        S_all, x_all, w_all = self._cache
-        k = V.shape[1]
-        out = np.zeros((k, self.psi))
-        # Each column scaled by a power of two into [0.5, 1) of its largest entry:
-        # exact, and a float32 cache cannot overflow on long CG directions.
-        e = np.frexp(np.max(np.abs(V), axis=0, initial=0.0))[1]
-        Vt = np.ascontiguousarray(np.ldexp(V, -e).T, dtype=S_all.dtype)
-        for sl in iter_sample_chunks(S_all.shape[0], 3 * self.d * k + k):
-            S, x = S_all[sl], x_all[sl]
-            U = features_matvec(S, x, Vt)
-            if w_all is not None:
-                U *= w_all[sl, None]
-            out += features_rmatvec(S, x, U)
-        return np.ldexp(out, e[:, None]).T
-
-    def matmat_exact(self, V):
-        """``G @ V`` in float64 (streamed from the sequences unless the cache is float64)."""
-        V = np.asarray(V, dtype=np.float64)
-        if V.ndim == 1:
-            return self.matmat_exact(V[:, None])[:, 0]
-        if self.exact and self._cache is not None:
-            return self.matmat(V)
-        k = V.shape[1]
-        out = np.zeros((k, self.psi))
-        Vt = np.ascontiguousarray(V.T)
-        for rows in self._chunks(k):
-            if rows.n_rows == 0:
-                continue
-            U = features_matvec(rows.S, rows.x, Vt)
-            if rows.w is not None:
-                U *= rows.w[:, None]
-            out += features_rmatvec(rows.S, rows.x, U)
-        return out.T
-
-    def setup(self, counts=None):
-        """One pass: ``Phi^T W Y``, the Kronecker factors, the trace and the weight sum.
-
-        ``counts`` (a RowCounts without rows yet) is filled from the same pass.
-        """
-        A = np.zeros((self.P, self.P))
-        B = np.zeros((self.d, self.d))
-        b = None
-        trace, n_rows, weight_sum = 0.0, 0, 0.0
-        if self.cache_dtype is not None:
-            total = self.n_rows
-            weighted = self.design.arrays[3] is not None
-            cache = (np.empty((total, self.P), dtype=self.cache_dtype),
-                     np.empty((total, self.d), dtype=self.cache_dtype),
-                     np.empty(total, dtype=self.cache_dtype) if weighted else None)
-        for rows in self._chunks(2):
-            S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
-            m = S.shape[0]
-            if m == 0:
-                continue
-            if counts is not None:
-                counts.add_rows(rows)
-            if self.cache_dtype is not None:
-                cache[0][n_rows : n_rows + m] = S
-                cache[1][n_rows : n_rows + m] = x
-                if w is not None:
-                    cache[2][n_rows : n_rows + m] = w
-            if w is None:
-                Sw, xw, rw = S, x, np.ones(m)
-            else:
-                sw = np.sqrt(w)[:, None]
-                Sw, xw, rw = S * sw, x * sw, w
-            A += Sw.T @ Sw
-            B += xw.T @ xw
-            trace += float(rw @ (np.einsum("rp,rp->r", S, S) * np.einsum("rl,rl->r", x, x)))
-            n_rows += m
-            weight_sum += float(rw.sum())
-            if Yr is not None:
-                part = features_rmatvec(S, x, Yr * rw[:, None])
-                b = part if b is None else b + part
-        if self.cache_dtype is not None:
-            self._cache = cache
-        if b is None and self.design.n_targets:
-            b = np.zeros((self.design.n_targets, self.psi))
-        return dict(A=A, B=B, b=b, trace=trace, weight_sum=weight_sum)
 
 
 class _KroneckerPreconditioner:
@@ -215,10 +93,17 @@ def cg_cache_dtype(n_rows, d, memory_budget=None, n_blocks=1):
     return None
 
 
-def solve_cg(design, alpha=0.0, options=None):
+def _fixed_cache(dtype, n_rows, d, n_blocks=1):
+    """The cache dtype asked for (a rule of :meth:`~.._moments.RowReader.gram_operator`)."""
+    return dtype
+
+
+def solve_cg(rows, alpha=0.0, options=None):
     """Matrix-free fit: preconditioned CG on the normal equations, certificate by Lanczos and LOBPCG.
 
-    Never forms ``Phi`` nor ``G``; caches the row factors in float64 or
+    Never forms ``Phi`` nor ``G``: ``rows`` (a :class:`~.._moments.RowReader`,
+    or the persisted blocks of a dask array) give the operator
+    (``rows.gram_operator``), which caches the row factors in float64 or
     float32 when they fit the memory budget (a float32 cache is checked by
     exact float64 products, so the results keep float64 guarantees).  Stops
     at a relative residual ``tol``; with ``alpha=0`` on a rank-deficient
@@ -228,23 +113,23 @@ def solve_cg(design, alpha=0.0, options=None):
     ``residuals`` (True: keep ``G coef^T`` and the normal-equation residual
     of an unpenalized fit, for the term columns' certificate) and ``counts``
     (a RowCounts to fill from the setup pass, when the rows were not counted
-    before).  The
-    algorithm: the user guide's theory page, "Solvers".
+    before).  The algorithm: the user guide's theory page, "Solvers".
     """
     options = {} if options is None else options
     cache_dtype = options.get("cache_dtype", "auto")
     if isinstance(cache_dtype, str) and cache_dtype == "auto":
-        cache_dtype = cg_cache_dtype(design.n_rows, design.d, options.get("memory_budget"),
-                                     design.standardizer.n_blocks)
-    op = _ImplicitGram(design, cache_dtype=cache_dtype)
+        rule = functools.partial(cg_cache_dtype, memory_budget=options.get("memory_budget"))
+    else:
+        rule = functools.partial(_fixed_cache, cache_dtype)
     started = time.perf_counter()
+    op = rows.gram_operator(rule)
     setup = op.setup(options.get("counts"))
     setup_seconds = time.perf_counter() - started
-    solution = solve_implicit(op, setup, standardizer=design.standardizer,
-                              dtype=design.dtype, alpha=alpha, options=options)
-    solution.gram_product = op.matmat_exact
+    solution = solve_implicit(op, setup, standardizer=rows.standardizer,
+                              dtype=rows.dtype, alpha=alpha, options=options)
+    solution.gram_product = op.gram_product
     if solution.diagnostics is not None:
-        solution.diagnostics["setup_seconds"] = setup_seconds
+        solution.diagnostics.update(setup_seconds=setup_seconds, products=op.n_products)
     return solution
 
 
@@ -252,9 +137,9 @@ def solve_implicit(op, setup, *, standardizer, dtype, alpha=0.0, options=None):
     """The fit and certificate of "cg" on any implicit Gram operator.
 
     ``op`` has ``psi``, ``exact``, ``matmat(V)`` and ``matmat_exact(V)``
-    (as :class:`_ImplicitGram`, or one whose products are reductions over
-    the blocks of a dask array); ``setup`` is what :meth:`_ImplicitGram.setup`
-    returns, summed over all rows (``b`` None: the certificate alone).
+    (:class:`~.._moments.ImplicitGram`, or one whose products are reductions
+    over the blocks of a dask array); ``setup`` is what its ``setup`` returns,
+    summed over all rows (``b`` None: the certificate alone).
     ``options`` as for :func:`solve_cg` (``tol``, ``max_iter``,
     ``memory_budget``, ``seed``).
     """

@@ -39,7 +39,7 @@ def gram_fits(m, memory_budget=None):
     return DENSE_ARRAYS * 8.0 * m * m <= budget
 
 
-def solve_lsmr(design, alpha=0.0, options=None):
+def solve_lsmr(rows, alpha=0.0, options=None):
     """Sparse least squares by LSMR on the active columns of sparse feature rows (one-hot data).
 
     Inactive columns (zero in every row of positive weight) get coefficient
@@ -52,8 +52,8 @@ def solve_lsmr(design, alpha=0.0, options=None):
     """
     options = {} if options is None else options
     max_iter, memory_budget = options.get("max_iter"), options.get("memory_budget")
-    X, lengths, Y, sample_weight = design.arrays
-    readout, standardizer, dtype = design.readout, design.standardizer, design.dtype
+    X, lengths, Y, sample_weight = rows.arrays
+    readout, standardizer, dtype = rows.readout, rows.standardizer, rows.dtype
     psi = standardizer.n_features
     # The rows themselves may use the whole budget; ``memory_budget`` decides
     # only whether the certificate's dense eigen-decomposition fits.
@@ -63,13 +63,13 @@ def solve_lsmr(design, alpha=0.0, options=None):
     H = H.astype(np.float64, copy=False)
     Yr = None if Y is None else standardizer.transform_targets(
         sparse_target_rows(Y, lengths, readout, sample))
-    if design.terms:
+    if rows.terms:
         # The term columns [1, x] of the standardized row tokens.
         tokens = zero_padding(np.asarray(X, dtype=np.float64), lengths)
         if readout == "last":
             tokens = last_tokens(tokens, lengths)
         x = standardizer.transform(sparse_target_rows(tokens, lengths, readout, sample))
-        Yr = with_terms(Yr, x, design.terms)
+        Yr = with_terms(Yr, x, rows.terms)
     if sample_weight is not None:
         w = standardizer.transform_weights(np.asarray(sample_weight, dtype=np.float64))
         sw = np.sqrt(w[sample])

@@ -1,4 +1,4 @@
-"""Solvers on the design itself: ``"svd"`` of the feature rows, ``"dual"`` through their kernel."""
+"""Solvers on the feature matrix itself: ``"svd"`` of the feature rows, ``"dual"`` through their kernel."""
 
 import numpy as np
 import scipy.linalg
@@ -10,16 +10,18 @@ from ._solution import SpectralSolution, dense_solution, ridge_penalty
 __all__ = ["solve_dual", "solve_svd"]
 
 
-def solve_svd(design, alpha=0.0, options=None):
-    """Solve on the design matrix itself through its SVD (more accurate).
+def solve_svd(rows, alpha=0.0, options=None):
+    """Solve on the feature matrix itself through its SVD (more accurate).
 
+    ``rows`` (a :class:`~.._moments.RowReader`) gives the standardized rows.
     Conditioning is that of ``W^{1/2} Phi`` rather than of ``Phi^T W Phi``;
     eigenvalues of the Gram matrix are the squared singular values.  Memory
     O(n_rows * psi).
     """
-    psi = design.standardizer.n_features
-    standardizer = design.standardizer
-    rows = design.all_rows()
+    psi = rows.standardizer.n_features
+    standardizer = rows.standardizer
+    dtype = rows.dtype
+    rows = rows.all_rows()
     S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
     Phi = _outer_features(S, x)
     if w is not None:
@@ -31,11 +33,11 @@ def solve_svd(design, alpha=0.0, options=None):
     eig = np.zeros(psi)
     eig[: s.size] = s**2
     moment = None if Yr is None else Phi.T @ Yr
-    return dense_solution(eig, Vt.T, moment, alpha, design.dtype, "svd", standardizer)
+    return dense_solution(eig, Vt.T, moment, alpha, dtype, "svd", standardizer)
 
 
-def solve_dual(design, alpha=0.0, options=None):
-    """Solve in the dual (kernel) form, for designs with fewer rows than features.
+def solve_dual(rows, alpha=0.0, options=None):
+    """Solve in the dual (kernel) form, for fewer rows than features.
 
     ``K = W^{1/2} Phi Phi^T W^{1/2}`` costs O(N^2 d^2) from the kernel
     ``<H_r, H_s> = <S_r, S_s> <x_r, x_s>`` (also between prefixes, so both
@@ -46,9 +48,10 @@ def solve_dual(design, alpha=0.0, options=None):
     above the zero-eigenvalue tolerance, giving the minimum-norm solution).
     Memory O(N^2 + N psi); accuracy that of eigh on the Gram matrix.
     """
-    psi = design.standardizer.n_features
-    standardizer = design.standardizer
-    rows = design.all_rows()
+    psi = rows.standardizer.n_features
+    standardizer = rows.standardizer
+    dtype = rows.dtype
+    rows = rows.all_rows()
     S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
     K = (S @ S.T) * (x @ x.T)
     sw = None if w is None else np.sqrt(w)
@@ -58,7 +61,7 @@ def solve_dual(design, alpha=0.0, options=None):
     m = mu.size
     eig = np.zeros(psi)
     eig[: min(m, psi)] = mu[: min(m, psi)]
-    tol = eigenvalue_tolerance(eig[0] if psi else 0.0, psi, design.dtype)
+    tol = eigenvalue_tolerance(eig[0] if psi else 0.0, psi, dtype)
     # At most psi eigenvalues of K are not zero (K = Phi Phi^T has rank <= psi);
     # with more rows than features the others are rounding of size ~ m eps.
     k = min(m, psi)

@@ -1,4 +1,10 @@
-"""Training data of ``fit`` and ``partial_fit``: validated once, at the edge, in batches.
+"""Training data in memory as a source of the one pass: validated once, at the edge, in chunks.
+
+:class:`ArraySource` is what ``fit`` and ``partial_fit`` read from NumPy
+input (and what the certificate reads from validated arrays): the pass folds
+its validated chunks into one accumulator (:meth:`ArraySource.reduce`), and
+the solvers that read sequences get them from it.  The blocks of a dask array
+are the other source (:class:`~._dask.DaskSource`).
 
 Also the one check of the layout every entry point that fits runs before its
 work (:func:`check_layout`).
@@ -13,7 +19,8 @@ import warnings
 
 import numpy as np
 
-from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs
+from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs, zero_padding
+from ._moments import RowReader, coordinates, count_rows, scales_pass
 from ._solvers import REGISTRY, solver_memory
 from ._validation import (
     check_sample_weight,
@@ -23,7 +30,7 @@ from ._validation import (
 )
 from .exceptions import LayoutWarning
 
-__all__ = ["TrainingData", "check_layout"]
+__all__ = ["ArraySource", "check_layout", "standardizer_of"]
 
 # Values of a NumPy X validated (and copied) at a time by fit and partial_fit
 # (2**21 float64 values, 16 MiB).
@@ -108,7 +115,7 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     Examples
     --------
     >>> import warnings
-    >>> from sklearn_linattn._training import check_layout
+    >>> from sklearn_linattn._source import check_layout
     >>> check_layout((40, 16, 64))  # wide tokens on purpose
     False
     >>> with warnings.catch_warnings(record=True) as caught:
@@ -171,17 +178,42 @@ def _targets_after(X, lengths, name, check):
         raise
 
 
-class TrainingData:
-    """Training data, validated in chunks when X is a large array.
+class ArraySource:
+    """Training data in memory, validated in chunks when X is a large array.
 
     A large NumPy X (more than ``_VALIDATION_CHUNK`` values) is validated
     and copied one chunk of sequences at a time, so that fitting it never
-    holds a second copy of it: the statistics solvers consume the chunks as
-    they come, and ``"cg"`` reads the caller's array directly (its padding is
-    ignored through the lengths).  Any other input (lists of sequences,
-    DataFrames, small arrays) is validated at once.  Error messages on a
-    chunk name it, e.g. ``X[4096:8192][3, 2] is partly NaN``.
+    holds a second copy of it: the pass consumes the chunks as they come, and
+    ``"cg"`` reads the caller's array directly (its padding is ignored
+    through the lengths).  Any other input (lists of sequences, DataFrames,
+    small arrays) is validated at once.  Error messages on a chunk name it,
+    e.g. ``X[4096:8192][3, 2] is partly NaN``.
+
+    Parameters
+    ----------
+    X, y, sample_weight
+        As given to ``fit`` (for validated sequences without targets, the
+        certificate's, see :meth:`validated`).
+    layout : dict
+        ``token_dim`` and ``data_format``.
+    readout : {"last", "all"}
+    n_features_in : int or None, default=None
+        The token dimension d an earlier call fixed (``partial_fit``).
+
+    Attributes
+    ----------
+    sequential : bool
+        True: the chunks are read in order by one process, so the pass can
+        accumulate in the coordinates of its first chunk (the blocks of a
+        dask array cannot).
+    d, n_tokens, d_out, single_output
+        What the first chunk fixes: the token dimension, its padded length,
+        the number of outputs (0 without targets) and whether y had no
+        output axis.
+    n_samples : int
     """
+
+    sequential = True
 
     def __init__(self, X, y, sample_weight, *, layout, readout, n_features_in=None):
         self.layout, self.readout, self.n_features_in = layout, readout, n_features_in
@@ -215,9 +247,31 @@ class TrainingData:
             self._whole = (Xv, lengths, Y, single, w)
             self.n_samples = Xv.shape[0]
             self.sample_weight = w
-        Xf, _, Yf, _, _ = self.first()
+        Xf, _, Yf, self.single_output, _ = self.first()
+        self.n_tokens, self.d = Xf.shape[1], Xf.shape[2]
+        self.d_out = 0 if Yf is None else Yf.shape[-1]
         check_layout((self.n_samples,) + Xf.shape[1:], readout=readout,
-                     n_rows=self.n_rows_bound(Xf.shape[1]), d_out=Yf.shape[-1], **layout)
+                     n_rows=self.n_rows_bound(), d_out=self.d_out, **layout)
+
+    @classmethod
+    def validated(cls, X, lengths, Y=None, sample_weight=None, readout="last"):
+        """The source of sequences validated already (zero- or NaN-padded, lengths known).
+
+        ``Y`` as the validation returns targets, or None (inputs alone).
+        """
+        self = cls.__new__(cls)
+        self.layout = dict(token_dim=None, data_format="channels_last")
+        self.readout, self.n_features_in = readout, None
+        self._first = self._rest = None
+        self.chunked = False
+        lengths = np.asarray(lengths)
+        self._whole = (zero_padding(X, lengths), lengths, Y, False, sample_weight)
+        self.n_samples = X.shape[0]
+        self.sample_weight = sample_weight
+        self.n_tokens, self.d = X.shape[1], X.shape[2]
+        self.d_out = 0 if Y is None else Y.shape[-1]
+        self.single_output = False
+        return self
 
     def batches(self, defer=False):
         """Validated ``(X, lengths, Y, single_output, sample_weight, name)`` batches, in order.
@@ -255,8 +309,9 @@ class TrainingData:
             self._first = next(self._rest)
         return self._first[:5]
 
-    def n_rows_bound(self, n_tokens):
+    def n_rows_bound(self):
         """Number of feature rows (an upper bound for ``readout="all"`` on chunked data)."""
+        n_tokens = self.first()[0].shape[1]
         w = self.sample_weight
         n = self.n_samples if w is None else int(np.count_nonzero(w > 0))
         if self.readout == "last":
@@ -266,15 +321,38 @@ class TrainingData:
             return int(lengths.sum() if w is None else lengths[w > 0].sum())
         return n * n_tokens
 
-    def solver_batches(self, defer=False):
-        """Validated ``(X, lengths, Y, sample_weight)`` batches, as the solvers read them.
+    def reduce(self, start, *, first=False, name=None):
+        """The pass ``start(d_out)`` over every validated chunk, in order.
 
-        With ``defer`` (the fit's pass), ``(X, lengths, Y, sample_weight,
-        complete)``: lengths None where X's values were not checked, and
-        ``complete(X)`` returns ``(X, lengths)`` checked (the messages of
-        :func:`check_sequences`, the padding zero-filled).  The first time, the
-        batch that :meth:`first` validated is not validated again; later
-        calls (a second pass) validate every chunk.
+        ``start(d_out)`` makes an empty accumulator (the pass's
+        :class:`~._moments.MomentPass`); every chunk is added to it
+        (``add(X, lengths, Y, sample_weight, complete)``), in one process, so
+        it may accumulate in the coordinates of its first chunk.  ``first``:
+        the fit's first pass, which reads the chunk :meth:`first` validated
+        without validating it again, and leaves the check of X's values to the
+        moments where the readout allows (``lengths`` None, ``complete(X)``
+        the validation's own check); later passes validate every chunk.
+        ``name`` is the distributed source's (task names).
+        """
+        accumulator = start(self.d_out)
+        for X, lengths, Y, w, complete in self.solver_batches(defer=first):
+            accumulator.add(X, lengths, Y, w, complete)
+        return accumulator
+
+    def rows(self, standardizer, terms, dtype):
+        """The sequences as the solvers on rows read them (rows computed as needed)."""
+        arrays = self.arrays(False)
+        return RowReader(None, arrays, self.readout, standardizer, terms if terms else None,
+                         np.dtype(dtype), count_rows(arrays[1], self.readout, arrays[3]))
+
+    def solver_batches(self, defer=False):
+        """Validated ``(X, lengths, Y, sample_weight, complete)`` batches, in order.
+
+        With ``defer`` (the fit's first pass), lengths None where X's values
+        were not checked, and ``complete(X)`` returns ``(X, lengths)`` checked
+        (the messages of :func:`check_sequences`, the padding zero-filled).
+        The first time, the batch that :meth:`first` validated is not
+        validated again; later calls (a second pass) validate every chunk.
         """
         if defer and self._rest is not None:
             first, rest, self._rest = self._first, self._rest, None
@@ -282,10 +360,7 @@ class TrainingData:
         else:
             batches = self.batches(defer=defer)
         for Xc, lc, Yc, _, wc, name in batches:
-            if defer:
-                yield Xc, lc, Yc, wc, functools.partial(complete_sequences, name=name, copy=False)
-            else:
-                yield Xc, lc, Yc, wc
+            yield Xc, lc, Yc, wc, functools.partial(complete_sequences, name=name, copy=False)
 
     def arrays(self, copy):
         """Whole-data arrays ``(X, lengths, Y, sample_weight)``, validated once more if chunked.
@@ -314,4 +389,16 @@ class TrainingData:
             elif first:
                 X = np.swapaxes(X, 1, 2)  # a view: "cg" reads chunks of it
         return X, lengths, Y, self.sample_weight
+
+
+def standardizer_of(X, lengths, Y=None, sample_weight=None):
+    """The standardized coordinates a fit computes for validated sequences.
+
+    The fit's own pass over them and :func:`~._moments.coordinates` (``Y``
+    as validated, or None: its scales then stay those of the data).
+    """
+    source = ArraySource.validated(X, lengths, Y, sample_weight)
+    scales = source.reduce(functools.partial(scales_pass, d=source.d, readout="last"),
+                           first=True).scales
+    return coordinates(scales, source)
 
