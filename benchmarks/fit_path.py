@@ -8,8 +8,15 @@ walk-through of doc/codemap.rst, which follows the top-level steps.
 
 Usage::
 
-    python benchmarks/fit_path.py             # LinearAttentionRegressor(n_heads=2), readout "last"
-    python benchmarks/fit_path.py --path      # also print the sequence of stays
+    python benchmarks/fit_path.py                   # every entry below, one line each
+    python benchmarks/fit_path.py --case dask-eigh  # one entry, its modules and counts
+    python benchmarks/fit_path.py --case none --path  # also print the sequence of stays
+
+The entries fit X of 400 sequences of 6 tokens, d = 4 (Dask: 4 blocks of
+100, run on the synchronous scheduler, so that the blocks' tasks run in this
+thread and count): ``n_heads`` None, 2 and "auto"; two ``partial_fit``
+calls of 200 sequences; Dask with "eigh", with "cg", and with "cg",
+``fit_intercept`` and ``alpha`` > 0.
 """
 
 import argparse
@@ -47,15 +54,58 @@ def stays_of(call):
     return stays
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--path", action="store_true", help="print the sequence of stays")
-    args = parser.parse_args(argv)
+def _data():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 6, 4))
     y = (X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
          + X[:, -1, 2] * (X[:, :, 3] * X[:, :, 0]).sum(axis=1))  # two heads
-    stays = stays_of(lambda: LinearAttentionRegressor(n_heads=2).fit(X, y))
+    return X, y
+
+
+def _partial(X, y):
+    model = LinearAttentionRegressor()
+    model.partial_fit(X[:200], y[:200])
+    return model.partial_fit(X[200:], y[200:])
+
+
+def _dask(X, y, **params):
+    import dask
+    import dask.array as da
+
+    with dask.config.set(scheduler="synchronous"):
+        Xd, yd = da.from_array(X, chunks=(100, 6, 4)), da.from_array(y, chunks=100)
+        return LinearAttentionRegressor(**params).fit(Xd, yd)
+
+
+CASES = {
+    "none": lambda X, y: LinearAttentionRegressor().fit(X, y),
+    "n_heads=2": lambda X, y: LinearAttentionRegressor(n_heads=2, random_state=0).fit(X, y),
+    "auto": lambda X, y: LinearAttentionRegressor(n_heads="auto", random_state=0).fit(X, y),
+    "partial_fit-x2": _partial,
+    "dask-eigh": lambda X, y: _dask(X, y, solver="eigh"),
+    "dask-cg": lambda X, y: _dask(X, y, solver="cg", alpha=0.1),
+    "dask-cg-intercept": lambda X, y: _dask(X, y, solver="cg", alpha=0.1, fit_intercept=True),
+}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=sorted(CASES), help="one entry (default: all)")
+    parser.add_argument("--path", action="store_true", help="print the sequence of stays")
+    args = parser.parse_args(argv)
+    X, y = _data()
+    if args.case is None:
+        print(f"{'entry':20s} {'stays':>6s}  most entered module")
+        for name, run in CASES.items():
+            try:
+                stays = stays_of(lambda: run(X, y))
+            except ImportError as exc:  # dask is optional
+                print(f"{name:20s} {'n/a':>6s}  ({exc})")
+                continue
+            module, n = collections.Counter(stays).most_common(1)[0]
+            print(f"{name:20s} {len(stays):6d}  {module} ({n})")
+        return
+    stays = stays_of(lambda: CASES[args.case](X, y))
     counts = collections.Counter(stays)
     print(f"{len(stays)} stays in {len(counts)} modules")
     for module, n in counts.most_common():

@@ -35,8 +35,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._attention import attention_coefficients, mhla_forward
-from ._memory import iter_sample_chunks, real_tokens
-from ._units import max_exponent
+from ._memory import sample_chunks, real_tokens
+from ._standardize import max_exponent
 from ._validation import (
     check_data_format,
     check_heads,
@@ -156,7 +156,7 @@ def _loss_gradient(X, Y, lengths, V, Q, readout, w=None):
     n_heads, d_out, _ = V.shape
     sse, grad_V, grad_Q, n_positions = 0.0, np.zeros_like(V), np.zeros_like(Q), 0
     per_sample = _values_per_sample(n_tokens, d, d_out, n_heads, readout)
-    for sl in iter_sample_chunks(n_samples, per_sample):
+    for sl in sample_chunks(n_samples, per_sample):
         S, x, y = _position_moments(X[sl], Y[sl], lengths[sl], readout)
         if w is None:
             s, gV, gQ = _sse_gradients(V, Q, S, x, y)

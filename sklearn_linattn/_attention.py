@@ -19,20 +19,14 @@ from scipy.signal import lfilter
 from ._features import fold_coefficients, n_attention_features
 from ._memory import (
     default_memory_budget,
-    iter_sample_chunks,
+    sample_chunks,
     real_tokens,
     single_blas_thread,
     zero_padding,
 )
 from ._standardize import SAFE_EXPONENT, scale_per_sample
-from ._units import column_abs_max, exponent, pow2_scale
-from ._validation import (
-    as_real_array,
-    check_heads,
-    check_lengths,
-    check_readout,
-    check_sequences,
-)
+from ._standardize import column_abs_max, exponent, pow2_scale
+from ._validation import as_real_array, check_heads, check_lengths, check_readout, check_sequences
 from ._params import check_decays, check_head_decays, check_number
 
 __all__ = [
@@ -220,7 +214,7 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
         out = np.empty((n_samples, n_tokens, d_out))
         # Running d x d moments, or the masked n_tokens x n_tokens scores per head.
         per_sample = n_tokens * min(d * d, n_heads * n_tokens) + n_tokens * n_heads * d
-    for sl in iter_sample_chunks(n_samples, per_sample):
+    for sl in sample_chunks(n_samples, per_sample):
         Xc, Vc, Qc, shift = X[sl], V, Q, head_shift
         # Padding is zero here, so the scales are those of the real tokens.
         col = column_abs_max(Xc.reshape(-1, d))
@@ -518,7 +512,7 @@ def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_,
     n_samples = X.shape[0]
     # One running moment per distinct decay, shared by its heads.
     groups = [(1.0, np.arange(n_heads))] if decays is None else _decay_groups(decays)
-    for sl in iter_sample_chunks(n_samples, len(groups) * d * d + n_heads * d):
+    for sl in sample_chunks(n_samples, len(groups) * d * d + n_heads * d):
         Xc = zero_padding(np.asarray(X[sl], dtype=np.float64), lengths[sl])
         moments = [_decayed_moments(Xc, lengths[sl], gamma) for gamma, _ in groups]
         rows = np.arange(Xc.shape[0])

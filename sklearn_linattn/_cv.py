@@ -4,7 +4,7 @@ A fit is least squares on the cubic features, so everything a fold needs
 is in sufficient statistics: ``Phi^T W Phi``, ``Phi^T W Y``, ``Y^T W Y``,
 ``Y^T w`` and the weight sum of its sequences.  :class:`LinearAttentionRegressorCV`
 gathers them for every fold in the one pass a plain fit makes
-(:meth:`~._problem.StandardizedProblem.from_data` with ``groups``: one set of
+(:meth:`~._problem.StandardizedProblem.from_source` with ``groups``: one set of
 statistics per group of sequences, all in the standardized coordinates of
 all the training data), scores every alpha of every split from them
 (:func:`cross_validated_scores`) and refits at the best alpha from their sum,
@@ -30,7 +30,6 @@ tokens themselves (positions) needs a pass of its own: a search over a
 Pipeline's encoder (``GridSearchCV``) gives it.
 """
 
-import time
 
 import numpy as np
 from scipy.stats import rankdata
@@ -42,11 +41,11 @@ from ._dask import is_dask_collection
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
-from ._params import check_decays
+from ._params import FitParams, check_decays
 from ._problem import StandardizedProblem, keep_rows
-from ._solvers import REGISTRY, STATISTICS_SOLVERS, choose_solver
+from ._solvers import REGISTRY, SOLVERS, STATISTICS_SOLVERS, choose_solver
 from ._source import ArraySource
-from ._terms import eliminate
+from ._terms import LinearTerms, eliminate
 
 __all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scores",
            "split_groups"]
@@ -233,7 +232,7 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
     Parameters
     ----------
     problem : StandardizedProblem
-        Built by ``from_data(..., statistics=True, groups=labels)``:
+        Built by ``from_source(..., groups=labels)`` with a statistics solver:
         ``group_stats`` holds each group's statistics, ``stats`` their sum.
     parts : list of (ndarray, ndarray)
         The groups of each split's train and test part (:func:`split_groups`).
@@ -523,8 +522,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
 
     partial_fit = available_if(_no_partial_fit)(LinearAttentionRegressor.partial_fit)
 
-    def _check_penalty(self):
+    def _check_params(self):
+        """The search's own parameters, then the fit's (without alpha and decay)."""
         _checked_alphas(self.alphas)
+        _checked_decays(self.decays)
         if not (self.scoring is None or (isinstance(self.scoring, str)
                                          and self.scoring in SCORINGS)):
             raise ValueError(
@@ -541,12 +542,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 f"every alpha from the psi x psi statistics of each fold; got "
                 f"solver={self.solver!r}. For data whose statistics do not fit in memory, "
                 "search alpha with LinearAttentionRegressor(solver='cg') in GridSearchCV.")
+        return FitParams.checked(self, solvers=SOLVERS, alpha=False, decay=False)
 
     def _fit_alpha(self):
         return self.alpha_
-
-    def _check_decay(self):
-        _checked_decays(self.decays)
 
     def _decays(self):
         # The union of the candidates' blocks during the pass, the chosen ones after.
@@ -593,10 +592,9 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         >>> model.n_splits_, len(model.cv_results_["mean_test_score"])
         (4, 8)
         """
-        self._check_params()
-        start = time.perf_counter()
+        params = self._check_params()
         self._state = None
-        if is_dask_collection(X) or is_dask_collection(y):
+        if is_dask_collection(X, y):
             raise ValueError(
                 f"{type(self).__name__} needs X and y in memory: the statistics of every "
                 "fold are gathered in one pass over them. For dask arrays, search alpha "
@@ -605,9 +603,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         candidates = _checked_decays(self.decays)
         union = _union_of(candidates)
         self._decays_in_use = union
-        source = ArraySource(X, y, sample_weight, layout=self._layout(), readout=self.readout)
+        source = ArraySource(X, y, sample_weight, layout=params.layout, readout=params.readout)
         d, n_rows = source.d, source.n_rows_bound()
-        psi = self._n_blocks() * n_attention_features(d)
+        n_blocks = 1 if union is None else len(union)
+        psi = n_blocks * n_attention_features(d)
         if groups is not None:
             groups = np.asarray(groups)
             if groups.shape != (source.n_samples,):
@@ -616,18 +615,17 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                     f"got shape {groups.shape}.")
         labels, parts = split_groups(cv_splits(self.cv, source.n_samples, groups),
                                      source.n_samples)
-        solver = choose_solver(self.solver, n_rows, psi, statistics=True)
-        self._check_memory(psi, d, int(labels.max()) + 1)
-        terms = self._terms(d)
+        solver = choose_solver(params.solver, n_rows, psi, statistics=True)
+        self._check_memory(psi, d, n_blocks, int(labels.max()) + 1)
+        terms = LinearTerms(d, intercept=params.intercept, skip=params.skip)
         # Heads fitted to the rows directly need the rows (a compression without terms).
-        direct = self.n_heads is not None and not terms and union is None
+        direct = params.n_heads is not None and not terms.n_terms and union is None
         problem = StandardizedProblem.from_source(
-            source, readout=self.readout, terms=terms, solver=solver, decays=union,
+            source, readout=params.readout, terms=terms, solver=solver, decays=union,
             keep=keep_rows(solver, n_rows, d, source.d_out + terms.n_terms, direct=direct,
-                           n_blocks=self._n_blocks()),
+                           n_blocks=n_blocks),
             groups=labels)
-        self._log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)",
-                  start)
+        params.log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)")
         if candidates == [union]:
             problems = [problem]
         else:
@@ -640,14 +638,13 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         problem.group_stats = None
         chosen = self._set_results(alphas, candidates, scores)
         self._decays_in_use = self.decay_
-        self._log(f"{alphas.size} alphas and {len(candidates)} decays scored on "
-                  f"{len(parts)} splits, alpha_ = {self.alpha_:g}, decay_ = {self.decay_}",
-                  start)
-        return self._fit_problem(problems[chosen], solver, source.single_output, start)
+        params.log(f"{alphas.size} alphas and {len(candidates)} decays scored on "
+                  f"{len(parts)} splits, alpha_ = {self.alpha_:g}, decay_ = {self.decay_}")
+        return self._fit_problem(problems[chosen], params, solver, source.single_output)
 
-    def _check_memory(self, psi, d, n_groups):
+    def _check_memory(self, psi, d, n_blocks, n_groups):
         """Refuse, before the pass, statistics of every group larger than the memory budget."""
-        P = self._n_blocks() * n_pairs(d)
+        P = n_blocks * n_pairs(d)
         # The groups' compact statistics, their sum and a split's two sums; a
         # split's Gram matrices, eigenvectors and products.
         need = 8.0 * ((n_groups + 3) * n_pairs(P) * n_pairs(d) + 5 * psi * psi)

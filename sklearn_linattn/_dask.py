@@ -15,10 +15,16 @@ vectors of length psi and small factors travel).  The computation runs on the
 scheduler of the current dask context, so a ``distributed.Client`` is used
 when one is the default.
 
-The blocks run in parallel, so they cannot share the coordinates of a first
-chunk as the in-memory pass does: the fit reduces the blocks' scales first
-(the standardized coordinates of all the data), then their statistics or
-rows in those coordinates (:func:`~._problem.one_pass`).
+The blocks run in parallel, so the coordinates every block's statistics are
+accumulated in must be known before the pass: the first block's (one task
+reads it), the stand-in for the in-memory pass's first chunk; the pass then
+reduces every block's scales and statistics at once, and the statistics are
+mapped into the coordinates of all the data
+(:meth:`~._problem.StandardizedProblem.from_source`).  Where that map costs
+more than reading the blocks again (few sequences, large psi), or a block
+lies far outside the first one's range, the scales come first and the
+statistics in a second pass; ``"cg"`` keeps its blocks' rows in the final
+coordinates.
 
 dask is optional: this module imports it only when it is given dask input,
 and :func:`is_dask_collection` never imports it.
@@ -71,8 +77,8 @@ _DEFAULT_SPLIT_EVERY = 8
 _PRODUCTS = itertools.count()
 
 
-def is_dask_collection(obj):
-    """Whether ``obj`` is a dask collection (dask array, bag, delayed, ...).
+def is_dask_collection(*objs):
+    """Whether any of ``objs`` is a dask collection (dask array, bag, delayed, ...).
 
     Never imports dask: an object can only be a dask collection if dask has
     already been imported, so this costs nothing when dask is not in use (or
@@ -80,8 +86,8 @@ def is_dask_collection(obj):
 
     Parameters
     ----------
-    obj : object
-        Anything, typically the ``X`` given to ``fit``.
+    *objs : object
+        Anything, typically the ``X`` and ``y`` given to ``fit``.
 
     Returns
     -------
@@ -91,14 +97,14 @@ def is_dask_collection(obj):
     --------
     >>> import numpy as np
     >>> from sklearn_linattn._dask import is_dask_collection
-    >>> is_dask_collection(np.zeros((2, 3, 1)))
+    >>> is_dask_collection(np.zeros((2, 3, 1)), np.zeros(2))
     False
     """
     if sys.modules.get("dask") is None:  # never imported (or import blocked)
         return False
     import dask
 
-    return bool(dask.is_dask_collection(obj))
+    return any(dask.is_dask_collection(obj) for obj in objs)
 
 
 def _import_dask_array():
@@ -497,6 +503,9 @@ class DaskSource:
         self._w = ([None] * len(self._x) if sample_weight is None
                    else _sample_aligned(sample_weight, X, da))
         self._offsets = [int(o) for o in np.cumsum((0,) + X.chunks[0][:-1])]
+        self._sizes = [int(n) for n in X.chunks[0]]
+        # Several blocks: the coordinates of the first are not those of all the data.
+        self.chunked = sum(n > 0 for n in self._sizes) > 1
         self.weighted = sample_weight is not None
         self.readout = readout
         self._layout = dict(readout=readout, token_dim=token_dim, n_features_in=n_features_in,
@@ -507,25 +516,32 @@ class DaskSource:
         """Number of feature rows, an upper bound (every position for ``readout="all"``)."""
         return self.n_samples * (1 if self.readout == "last" else self.n_tokens)
 
-    def _tasks(self, task, name, **extra):
-        """One delayed ``task(X_block, y_block, w_block, offset, **layout, **extra)`` per block."""
+    def _tasks(self, task, name, head=False, **extra):
+        """One delayed ``task(X_block, y_block, w_block, offset, **layout, **extra)`` per block.
+
+        ``head``: for the first block that holds sequences only.
+        """
         import dask
 
+        blocks = list(zip(self._x, self._y, self._w, self._offsets, self._sizes))
+        if head:
+            blocks = [b for b in blocks if b[4]][:1]
         return [
             dask.delayed(task)(xb, yb, wb, offset, **self._layout, **extra,
                                dask_key_name=f"linattn-{name}-{i}")
-            for i, (xb, yb, wb, offset) in enumerate(zip(self._x, self._y, self._w,
-                                                           self._offsets))
+            for i, (xb, yb, wb, offset, _) in enumerate(blocks)
         ]
 
-    def reduce(self, start, *, first=False, name="pass"):
+    def reduce(self, start, *, first=False, name="pass", head=False):
         """The pass ``start(d_out)`` over every block, merged in a tree on the workers.
 
         ``start(d_out)`` makes an empty accumulator (a picklable callable: it
         runs on the workers), which each block's task fills with the block,
         validated there; the accumulators are merged in a tree of
         ``split_every``-ary tasks and the total comes back.  ``first`` is the
-        in-memory source's (every block is validated in every pass).
+        in-memory source's (every block is validated in every pass);
+        ``head``: the first block that holds sequences only (the coordinates
+        a pass over all the blocks starts from, as the first chunk's in memory).
 
         Raises
         ------
@@ -534,7 +550,7 @@ class DaskSource:
             output dimensions.
         """
         token = uuid.uuid4().hex
-        level = self._tasks(_block_pass, f"{name}-{token}", start=start)
+        level = self._tasks(_block_pass, f"{name}-{token}", head=head, start=start)
         merged = _compute(tree_reduce(level, _merge_passes, f"{name}-merge-{token}",
                                       self.split_every), self.timeout)
         if merged is None:

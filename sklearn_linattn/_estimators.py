@@ -8,15 +8,12 @@ the one conversion back.  ``fit``, ``partial_fit`` (which continues a
 :class:`~._problem.FitState`) and fits from statistics share that path.
 """
 
-import numbers
-import time
-
 import numpy as np
 from sklearn.base import BaseEstimator
 
 from ._base import AttentionHeadsRegressorMixin
 from ._features import features_matvec, n_attention_features, row_factors
-from ._memory import iter_sample_chunks, real_tokens, sample_values
+from ._memory import sample_chunks, real_tokens, sample_values
 from ._model import fit_model
 from ._problem import FitState, StandardizedProblem, data_source, keep_rows
 from ._solvers import (
@@ -24,36 +21,14 @@ from ._solvers import (
     SOLVERS,
     STATISTICS_SOLVERS,
     SufficientStatistics,
-    check_solver_memory,
     choose_solver,
     solver_memory,
 )
 from ._standardize import SAFE_EXPONENT, TokenStandardizer, scale_per_sample
+from ._params import FitParams, check_decays
 from ._terms import LinearTerms
-from ._validation import (
-    check_data_format,
-    check_readout,
-    check_token_dim,
-)
-from ._params import check_decays, check_number, validate_random_state
 
 __all__ = ["LinearAttentionRegressor"]
-
-
-def _check_n_heads(n_heads):
-    """None, "auto" or an integer >= 1; the error names the argument and the value."""
-    expected = "None, 'auto' or an integer >= 1"
-    if n_heads is None or (isinstance(n_heads, str) and n_heads == "auto"):
-        return n_heads
-    if isinstance(n_heads, str):
-        raise ValueError(f"n_heads must be {expected}; got {n_heads!r}.")
-    if isinstance(n_heads, (bool, np.bool_)) or not isinstance(n_heads, numbers.Integral):
-        raise TypeError(
-            f"n_heads must be {expected}; got {n_heads!r} of type {type(n_heads).__name__}."
-        )
-    if n_heads < 1:
-        raise ValueError(f"n_heads must be {expected}; got {n_heads!r}.")
-    return int(n_heads)
 
 
 class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
@@ -356,45 +331,17 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.fit_skip = fit_skip
 
-    def _terms(self, d):
-        return LinearTerms.checked(d, self.fit_intercept, self.fit_skip)
-
     def _check_params(self):
-        check_readout(self.readout)
-        check_token_dim(self.token_dim)
-        check_data_format(self.data_format)
-        validate_random_state(self.random_state)
-        self._check_penalty()
-        _check_n_heads(self.n_heads)
-        self._check_decay()
-        if not isinstance(self.solver, str) or self.solver not in SOLVERS:
-            raise ValueError(f"solver must be one of {SOLVERS}; got {self.solver!r}.")
-        check_number(self.tol, "tol", low=0.0, low_open=True)
-        check_number(self.max_iter, "max_iter", integer=True, low=1, allow_none=True)
-        self._terms(1)
-
-    def _check_decay(self):
-        check_decays(self.decay)
+        """The parameters of this fit, each checked once (:class:`~._params.FitParams`)."""
+        return FitParams.checked(self, solvers=SOLVERS)
 
     def _decays(self):
-        """The decays of the feature blocks a fit uses (None: one block, no decay)."""
+        """The decays of the fitted model's feature blocks (None: one block, no decay)."""
         return check_decays(self.decay)
-
-    def _n_blocks(self):
-        """Number of feature blocks (decays)."""
-        decays = self._decays()
-        return 1 if decays is None else len(decays)
-
-    def _check_penalty(self):
-        check_number(self.alpha, "alpha", low=0.0)
 
     def _fit_alpha(self):
         """The unit-free penalty of the fit (a search sets it from its candidates)."""
         return float(self.alpha)
-
-    def _log(self, message, start):
-        if self.verbose:
-            print(f"[{type(self).__name__}] {message} ({time.perf_counter() - start:.3f} s)")
 
     def fit(self, X, y, sample_weight=None):
         """Fit the global least-squares optimum and convert it into heads.
@@ -433,50 +380,47 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         >>> model.certificate_.n_samples, bool(np.allclose(model.predict(X), y))
         (50, True)
         """
-        self._check_params()
+        params = self._check_params()
         self._state = None  # fit = a new state and one batch
-        return self._fit_batch(X, y, sample_weight, start=time.perf_counter())
+        return self._fit_batch(X, y, sample_weight, params)
 
-    def _fit_batch(self, X, y, sample_weight, *, start, state=None, partial=False):
+    def _fit_batch(self, X, y, sample_weight, params, *, state=None, partial=False):
         """The one path below ``fit`` and ``partial_fit``: a source, the one pass, the fit.
 
         ``state`` is the :class:`~._problem.FitState` a ``partial_fit``
         continues (None: a first batch); ``partial``: the statistics solvers
         only, and no heads fitted to the rows directly.
         """
-        source = data_source(X, y, sample_weight, readout=self.readout, layout=self._layout(),
+        p = params
+        source = data_source(X, y, sample_weight, readout=p.readout, layout=p.layout,
                              n_features_in=None if state is None else state.d)
-        d = source.d
-        n_blocks = self._n_blocks()
-        psi = n_blocks * n_attention_features(d)
-        n_rows = source.n_rows_bound()
+        d, n_rows = source.d, source.n_rows_bound()
+        psi = p.n_blocks * n_attention_features(d)
         if partial and state is None:
-            self._check_statistics_fit(d, n_blocks)
-        solver = choose_solver(self.solver, n_rows, psi, statistics=partial,
-                               dask=not source.sequential)
-        if source.sequential:
-            check_solver_memory(solver, n_rows, psi)
-        terms = self._terms(d)
-        decays = self._decays()
+            self._check_statistics_fit(d, p.n_blocks)
+        solver = choose_solver(p.solver, n_rows, psi, statistics=partial,
+                               dask=not source.sequential, check_memory=source.sequential)
+        terms = LinearTerms(d, intercept=p.intercept, skip=p.skip)
         # Heads fitted to the rows directly need the rows (a compression without terms).
-        direct = (not partial and source.sequential and self.n_heads is not None
-                  and not terms and decays is None)
+        direct = (not partial and source.sequential and p.n_heads is not None
+                  and not terms.n_terms and p.decays is None)
         problem = StandardizedProblem.from_source(
-            source, readout=self.readout, terms=terms, solver=solver, decays=decays,
+            source, readout=p.readout, terms=terms, solver=solver, decays=p.decays,
             keep=keep_rows(solver, n_rows, d, (source.d_out or 0) + terms.n_terms, direct=direct,
-                           n_blocks=n_blocks),
+                           n_blocks=p.n_blocks),
             previous=state)
-        self._log("standardized coordinates and rows or statistics (one pass)", start)
+        p.log("standardized coordinates and rows or statistics (one pass)")
         single = source.single_output if state is None else self._single_output
-        return self._fit_problem(problem, solver, single, start, previous=state)
+        return self._fit_problem(problem, p, solver, single, previous=state)
 
-    def _fit_problem(self, problem, solver, single_output, start, previous=None):
+    def _fit_problem(self, problem, params, solver, single_output, previous=None):
         """The rest of every fit: solve, certify, heads, and the one conversion back."""
+        p = params
         try:
             model = fit_model(
-                problem, solver=solver, alpha=self._fit_alpha(), tol=float(self.tol),
-                max_iter=self.max_iter, n_heads=self.n_heads, random_state=self.random_state,
-                log=lambda message: self._log(message, start), **self._layout())
+                problem, solver=solver, alpha=self._fit_alpha(), tol=p.tol,
+                max_iter=p.max_iter, n_heads=p.n_heads, random_state=p.random_state,
+                log=p.log, **p.layout)
         finally:
             problem.release()
         # What a later partial_fit continues (statistics solvers only).
@@ -549,11 +493,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         >>> bool(np.allclose(model.coef_, whole.coef_))
         True
         """
-        self._check_params()
-        return self._fit_batch(X, y, sample_weight, start=time.perf_counter(),
-                               state=self._continued_state(), partial=True)
+        params = self._check_params()
+        return self._fit_batch(X, y, sample_weight, params,
+                               state=self._continued_state(params), partial=True)
 
-    def _continued_state(self):
+    def _continued_state(self, params):
         """The state a partial_fit continues (None to start), or why it cannot."""
         if self.solver != "auto" and not REGISTRY[self.solver].statistics:
             raise ValueError(
@@ -574,8 +518,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "partial_fit from the start (or with solver='eigh' or 'cholesky')."
             )
         if state is not None:
-            state.check(readout=self.readout, intercept=self.fit_intercept, skip=self.fit_skip,
-                        decays=self._decays())
+            state.check(readout=params.readout, intercept=params.intercept,
+                        skip=params.skip, decays=params.decays)
         return state
 
     @staticmethod
@@ -590,7 +534,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "memory; use fit with solver='cg'."
             )
 
-    def _fit_statistics(self, stats, *, single_output=False, start=None):
+    def _fit_statistics(self, stats, *, single_output=False):
         """Finish a fit from sufficient statistics accumulated elsewhere (Dask, tests).
 
         The result is that of :meth:`fit` on all the sequences the statistics
@@ -624,18 +568,17 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         >>> bool(np.allclose(model.predict(X), Y[:, 0]))
         True
         """
-        start = time.perf_counter() if start is None else start
-        self._check_params()
+        params = self._check_params()
         if not isinstance(stats, SufficientStatistics):
             raise TypeError(
                 f"stats must be a SufficientStatistics; got {type(stats).__name__}."
             )
         if stats.d_out is None:
             raise ValueError("stats must hold targets (created with d_out set).")
-        if stats.readout is not None and stats.readout != self.readout:
+        if stats.readout is not None and stats.readout != params.readout:
             raise ValueError(
                 f"stats were accumulated with readout={stats.readout!r}, but this "
-                f"estimator has readout={self.readout!r}."
+                f"estimator has readout={params.readout!r}."
             )
         if self.solver != "auto" and not REGISTRY[self.solver].statistics:
             raise ValueError(
@@ -646,12 +589,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
             raise ValueError(
                 "every sequence has zero sample weight: there is nothing to fit."
             )
-        terms = self._terms(stats.d)
+        terms = LinearTerms(stats.d, intercept=params.intercept, skip=params.skip)
         problem = StandardizedProblem.from_statistics(stats, d_out=stats.d_out - terms.n_terms,
                                                       terms=terms)
-        solver = choose_solver(self.solver, stats.n_rows, stats.n_features, statistics=True)
+        solver = choose_solver(params.solver, stats.n_rows, stats.n_features, statistics=True)
         # Statistics from elsewhere keep their coordinates (a state without scales).
-        return self._fit_problem(problem, solver, single_output, start,
+        return self._fit_problem(problem, params, solver, single_output,
                                  previous=FitState(stats, None, stats.standardizer.decays))
 
     def predict_from_coefficients(self, X):
@@ -697,7 +640,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         else:
             Y = np.full((n_samples, n_tokens, k), np.nan)
         per_sample = sample_values(d, n_tokens, self.readout, P * (k + 2) + d)
-        for sl in iter_sample_chunks(n_samples, per_sample):
+        for sl in sample_chunks(n_samples, per_sample):
             # Standardized like the training data, then each sequence scaled by
             # a power of two 2**-f (its outputs scale by 2**(3 f), exactly).
             Xc, f = scale_per_sample(st.transform(X[sl]), safe=SAFE_EXPONENT)

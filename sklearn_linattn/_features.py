@@ -24,7 +24,7 @@ import numpy as np
 import scipy.signal
 import scipy.sparse
 
-from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
+from ._memory import sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
 from ._validation import check_lengths_array, check_readout, check_sequences
 
 __all__ = [
@@ -171,7 +171,7 @@ def last_tokens(X, lengths):
     return X[np.arange(X.shape[0]), lengths - 1]
 
 
-def _outer_features(S_folded, x):
+def outer_features(S_folded, x):
     """Row-wise Kronecker product (..., P) x (..., d) -> (..., P * d)."""
     lead = np.broadcast_shapes(S_folded.shape[:-1], x.shape[:-1])
     dtype = np.result_type(S_folded, x)
@@ -372,7 +372,7 @@ def attention_features(X, lengths, decays=None):
     >>> attention_features(X, np.array([2]))
     array([[30.   ,  5.   , 10.5  ,  1.75 , 12.75 ,  2.125]])
     """
-    return _outer_features(decayed_moments(X, lengths, decays), last_tokens(X, lengths))
+    return outer_features(decayed_moments(X, lengths, decays), last_tokens(X, lengths))
 
 
 def prefix_features(X, lengths, decays=None):
@@ -395,7 +395,7 @@ def prefix_features(X, lengths, decays=None):
         ``H[i, t]`` is the feature vector of the prefix ``X[i, :t + 1]``; rows at
         padded positions are zero.
     """
-    H = _outer_features(_prefix_moments(X, decays), X)
+    H = outer_features(_prefix_moments(X, decays), X)
     H[~real_tokens(lengths, X.shape[1])] = 0.0
     return H
 
@@ -647,7 +647,7 @@ def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, stand
     n_rows, nnz = 0, 0
     # The chunk's tokens (as given and standardized), its moments and rows.
     per_sample = sample_values(d, n_tokens, readout, n_pairs(d) + d) + n_tokens * d
-    for sl in iter_sample_chunks(n_samples, per_sample):
+    for sl in sample_chunks(n_samples, per_sample):
         Xc, lc = X[sl].astype(dtype, copy=False), lengths[sl]
         if keep is not None and not keep[sl].all():
             Xc, lc = Xc[keep[sl]], lc[keep[sl]]

@@ -2,7 +2,7 @@
 
 One place for the memory model of the package: how many bytes a fit may
 allocate (:func:`default_memory_budget`), how many sequences a chunk of work
-holds (:func:`iter_sample_chunks`, bounded by scikit-learn's
+holds (:func:`sample_chunks`, bounded by scikit-learn's
 ``working_memory``), and the small counts everything else is sized by
 (:func:`n_pairs`, :func:`real_tokens`, :func:`sample_values`).
 """
@@ -18,7 +18,7 @@ __all__ = [
     "FLOP_RATE",
     "default_memory_budget",
     "heads_size",
-    "iter_sample_chunks",
+    "sample_chunks",
     "least_squares_work",
     "n_pairs",
     "real_tokens",
@@ -142,7 +142,7 @@ def sample_values(d, n_tokens, readout, per_row):
     return n_tokens * d + moments + rows * per_row
 
 
-def iter_sample_chunks(n_samples, values_per_sample, budget=None):
+def sample_chunks(n_samples, values_per_sample, budget=None):
     """Slices of consecutive samples whose work arrays fit a chunk.
 
     A chunk holds at most 32 MiB of float64 work values, or scikit-learn's
@@ -158,15 +158,16 @@ def iter_sample_chunks(n_samples, values_per_sample, budget=None):
     budget : int or None, default=None
         Number of values a chunk may use; None applies the rule above.
 
-    Yields
-    ------
-    slice
-        Consecutive samples of one chunk.
+    Returns
+    -------
+    list of slice
+        Consecutive samples, one slice per chunk (a list, not a generator: a
+        loop over it does not re-enter this module at every chunk).
 
     Examples
     --------
-    >>> from sklearn_linattn._memory import iter_sample_chunks
-    >>> list(iter_sample_chunks(5, 10, budget=20))
+    >>> from sklearn_linattn._memory import sample_chunks
+    >>> sample_chunks(5, 10, budget=20)
     [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
     """
     if budget is None:
@@ -176,8 +177,7 @@ def iter_sample_chunks(n_samples, values_per_sample, budget=None):
     step = max(1, int(budget) // max(1, int(values_per_sample)))
     # A plain loop: scikit-learn's gen_batches validates its parameters at every
     # call, which costs more than the work of a small chunk.
-    for start in range(0, n_samples, step):
-        yield slice(start, min(start + step, n_samples))
+    return [slice(start, min(start + step, n_samples)) for start in range(0, n_samples, step)]
 
 
 def single_blas_thread():

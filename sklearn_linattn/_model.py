@@ -114,13 +114,13 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     log = log if log is not None else (lambda message: None)
     terms = problem.terms
     solution = problem.solve(solver, alpha, tol=tol, max_iter=max_iter,
-                             residuals=bool(terms) and not alpha)
+                             residuals=bool(terms.n_terms) and not alpha)
     d_out = problem.d_out
     log(f"least squares on {solution.n_features} features (solver={solution.method!r})")
     counts = solution.counts
     beta = np.zeros((terms.n_terms, d_out))
     term_space = None
-    if terms:
+    if terms.n_terms:
         # The certificate is about the data, never the penalty: with alpha > 0
         # the unpenalized solve of the same rows or statistics (no new pass).
         free = None if not alpha else problem.solve(solver, 0.0, tol=tol, max_iter=max_iter,
@@ -138,8 +138,8 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     # point hides: heads may be fitted to the rows directly when a
     # compression is material (rows of one block: the few-head fit knows no
     # decays).
-    direct_rows = (problem.kept if direct and not terms and not certificate
-                   and st.decays is None else None)
+    direct_rows = (problem.kept if direct and not terms.n_terms and st.decays is None
+                   and not certificate.identifiable else None)
     choice = select_heads(solution, row_space, counts, st, n_heads=n_heads, rows=direct_rows,
                           random_state=random_state, log=log)
     return StandardizedModel(

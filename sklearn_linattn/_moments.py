@@ -29,7 +29,7 @@ import functools
 import numpy as np
 
 from ._features import decayed_moments, features_matvec, features_rmatvec, pair_indices, row_factors
-from ._memory import iter_sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
+from ._memory import sample_chunks, n_pairs, real_tokens, sample_values, zero_padding
 from ._standardize import (
     MomentScales,
     TokenStandardizer,
@@ -328,6 +328,8 @@ class MomentPass:
         self._tokens = tokens
         self.decays = decays
         self.n_blocks = 1 if decays is None else len(decays)
+        # Work values of one feature row in a sub-chunk (moments, statistics' parts).
+        self._row_values = 3 * self.n_blocks * n_pairs(self.d) + 3 * self.d + 2
         self._groups = None if groups is None else np.asarray(groups, dtype=np.intp)
         n_groups = 1 if self._groups is None else int(self._groups.max(initial=-1)) + 1
         self._group_samples = np.zeros(n_groups, dtype=np.int64)
@@ -364,9 +366,8 @@ class MomentPass:
         self.n_samples += X.shape[0] if sample_weight is None else int(
             np.count_nonzero(np.asarray(sample_weight) > 0))
         n_samples, n_tokens, d = X.shape
-        per_sample = sample_values(d, n_tokens, self.readout,
-                                   3 * self.n_blocks * n_pairs(d) + 3 * d + 2)
-        for sl in iter_sample_chunks(n_samples, per_sample):
+        per_sample = sample_values(d, n_tokens, self.readout, self._row_values)
+        for sl in sample_chunks(n_samples, per_sample):
             sub = None if lengths is None else np.asarray(lengths)[sl]
             done = functools.partial(complete, offset=sl.start) if complete else None
             labels = None if self._groups is None else self._groups[
@@ -390,15 +391,13 @@ class MomentPass:
                 S_seq, e = sequence_moments(X64)
             else:
                 lengths = np.full(X.shape[0], X.shape[1], dtype=np.int64)
-        if self._first:
-            # Whether the tokens are sparse (one-hot: not whitened) is judged on
-            # the first chunk, at most 2**21 values: counting every chunk's
-            # non-zeros would cost a read of X of its own.
-            self.scales.add_density(X64, lengths)
-        self.scales.add(S_seq, lengths, e, w)
-        if Y is not None:
-            keep = slice(None) if w is None else w > 0
-            self.scales.add_targets(np.asarray(Y, dtype=np.float64)[keep])
+        # Whether the tokens are sparse (one-hot: not whitened) is judged on the
+        # first chunk, at most 2**21 values: counting every chunk's non-zeros
+        # would cost a read of X of its own.
+        targets = None if Y is None else np.asarray(Y, dtype=np.float64)[
+            slice(None) if w is None else w > 0]
+        self.scales.add(S_seq, lengths, e, w, targets=targets,
+                        tokens=X64 if self._first else None)
         if self._kept is None and not self._accumulate:
             return
         if self._kept is not None or labels is None:
@@ -546,7 +545,7 @@ class _KeptRows:
         n_real = None if self.Y is None else self.Y.shape[1] - (0 if not terms else terms.n_terms)
         for start, stop, e in self.segments:
             per_row = 2 * self.S.shape[1] + 3 * self.x.shape[1] ** 2  # map_moments unfolds
-            for sl in iter_sample_chunks(stop - start, per_row):
+            for sl in sample_chunks(stop - start, per_row):
                 sl = slice(start + sl.start, start + sl.stop)
                 rows = FeatureRows(self.S[sl], self.x[sl], None,
                             None if self.Y is None else self.Y[sl, :n_real])
@@ -666,7 +665,7 @@ class RowReader:
         """The float64 rows in chunks of at most a memory chunk's worth."""
         if self.kept is not None:
             rows = self.kept
-            for sl in iter_sample_chunks(rows.n_rows, values_per_row):
+            for sl in sample_chunks(rows.n_rows, values_per_row):
                 yield FeatureRows(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],
                                   None if rows.Y is None else rows.Y[sl])
             return
@@ -674,7 +673,7 @@ class RowReader:
         lengths = np.asarray(lengths)
         n_samples, n_tokens, d = X.shape
         rows_per_sample = 1 if self.readout == "last" else n_tokens
-        for sl in iter_sample_chunks(n_samples, rows_per_sample * values_per_row):
+        for sl in sample_chunks(n_samples, rows_per_sample * values_per_row):
             yield standardized_rows(X[sl], lengths[sl], self.readout, self.standardizer,
                                     Y=None if Y is None else Y[sl],
                                     sample_weight=None if w is None else w[sl],
@@ -764,7 +763,7 @@ class ImplicitGram:
         # exact, and a float32 cache cannot overflow on long CG directions.
         e = np.frexp(np.max(np.abs(V), axis=0, initial=0.0))[1]
         Vt = np.ascontiguousarray(np.ldexp(V, -e).T, dtype=S_all.dtype)
-        for sl in iter_sample_chunks(S_all.shape[0], 3 * self.d * k + k):
+        for sl in sample_chunks(S_all.shape[0], 3 * self.d * k + k):
             S, x = S_all[sl], x_all[sl]
             U = features_matvec(S, x, Vt)
             if w_all is not None:

@@ -1,13 +1,24 @@
-"""Checks of numeric and random-state parameters: the messages every estimator and function shares."""
+"""The checks of parameters (numbers, options, random states) and a fit's checked parameters.
+
+Every estimator and function shares these messages.  :class:`FitParams` is
+what a fit reads instead of the estimator: each parameter checked once, at
+the start of ``fit`` or ``partial_fit``, with the progress log ``verbose``
+asks for.
+"""
 
 import numbers
 import sys
+import time
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.utils import check_random_state
 
-__all__ = ["check_decays", "check_head_decays", "check_number", "check_option",
-           "validate_random_state"]
+from ._validation import check_reading
+
+__all__ = ["FitParams", "ProgressLog", "check_decays", "check_flag", "check_head_decays",
+           "check_n_heads", "check_number", "check_option", "validate_random_state"]
+
 
 
 def check_number(
@@ -260,3 +271,102 @@ def check_head_decays(decays, n_heads, name="decays"):
     if not np.all((arr > 0) & (arr <= 1)):
         raise ValueError(f"{name} must hold real numbers in (0, 1]; got {arr.tolist()!r}.")
     return arr
+
+
+def check_n_heads(n_heads):
+    """None, "auto" or an integer >= 1; the error names the argument and the value."""
+    expected = "None, 'auto' or an integer >= 1"
+    if n_heads is None or (isinstance(n_heads, str) and n_heads == "auto"):
+        return n_heads
+    if isinstance(n_heads, str):
+        raise ValueError(f"n_heads must be {expected}; got {n_heads!r}.")
+    if isinstance(n_heads, (bool, np.bool_)) or not isinstance(n_heads, numbers.Integral):
+        raise TypeError(
+            f"n_heads must be {expected}; got {n_heads!r} of type {type(n_heads).__name__}."
+        )
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be {expected}; got {n_heads!r}.")
+    return int(n_heads)
+
+
+def check_flag(value, name):
+    """A parameter that must be True or False (numpy bools too), as a bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {value!r}.")
+    return bool(value)
+
+
+class ProgressLog:
+    """The progress lines ``verbose`` asks for: a message and the seconds since the start.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._params import ProgressLog
+    >>> ProgressLog("Model", verbose=0)("silent")  # prints nothing
+    """
+
+    def __init__(self, name, verbose):
+        self.name = name
+        self.verbose = verbose
+        self.start = time.perf_counter()
+
+    def __call__(self, message):
+        if self.verbose:
+            print(f"[{self.name}] {message} ({time.perf_counter() - self.start:.3f} s)")
+
+
+@dataclass(frozen=True)
+class FitParams:
+    """A fit's parameters, each checked once; the fit reads these, not the estimator.
+
+    Built by :meth:`checked` from an estimator's parameters.  ``alpha`` is
+    None for a search (it sets the penalty from its candidates), ``decays``
+    the checked ``decay`` (None: one block, no decay).
+    """
+
+    readout: str
+    layout: dict
+    solver: str
+    alpha: float | None
+    n_heads: object
+    decays: tuple | None
+    tol: float
+    max_iter: int | None
+    random_state: object
+    intercept: bool
+    skip: bool
+    log: ProgressLog
+    n_blocks: int  # feature blocks, one per decay
+
+    @classmethod
+    def checked(cls, estimator, *, solvers, alpha=True, decay=True):
+        """Check the fit parameters of ``estimator`` (its ``get_params`` names).
+
+        ``solvers`` are the solver names it accepts; ``alpha`` and ``decay``
+        say whether it has those parameters (a search has grids instead, which
+        it checks itself).
+
+        Examples
+        --------
+        >>> from sklearn_linattn import LinearAttentionRegressor
+        >>> from sklearn_linattn._params import FitParams
+        >>> params = FitParams.checked(LinearAttentionRegressor(decay=0.9), solvers=("auto",))
+        >>> params.decays, params.n_blocks
+        ((0.9,), 1)
+        """
+        e = estimator
+        readout, layout = check_reading(e.readout, e.token_dim, e.data_format)
+        validate_random_state(e.random_state)
+        penalty = check_number(e.alpha, "alpha", low=0.0) if alpha else None
+        n_heads = check_n_heads(e.n_heads)
+        decays = check_decays(e.decay) if decay else None
+        check_option(e.solver, "solver", tuple(solvers))
+        tol = check_number(e.tol, "tol", low=0.0, low_open=True)
+        max_iter = check_number(e.max_iter, "max_iter", integer=True, low=1, allow_none=True)
+        intercept = check_flag(e.fit_intercept, "fit_intercept")
+        skip = check_flag(e.fit_skip, "fit_skip")
+        return cls(readout=readout, layout=layout, solver=e.solver, alpha=penalty,
+                   n_heads=n_heads, decays=decays, tol=tol, max_iter=max_iter,
+                   random_state=e.random_state, intercept=intercept, skip=skip,
+                   log=ProgressLog(type(e).__name__, e.verbose),
+                   n_blocks=1 if decays is None else len(decays))

@@ -24,9 +24,9 @@ final coordinates), ``"cg"`` without room for a cache (every product reads
 the sequences), ``"lsmr"`` (sparse rows from the tokens), and nearly
 collinear tokens (whose whitening is refined on the standardized tokens, and
 whose rows are formed from them).  The blocks of a dask array run in
-parallel and cannot share a first chunk's coordinates: their scales are
-reduced first, then their statistics (or, for ``"cg"``, their persisted
-rows) in the final coordinates.
+parallel: they accumulate in the coordinates of the first block, gathered by
+one task before the pass; for ``"cg"`` their scales are reduced first, then
+their rows persisted in the final coordinates.
 
 ``partial_fit`` continues a :class:`FitState`: the statistics and scales of
 every batch so far, into whose coordinates a new batch is accumulated
@@ -40,7 +40,7 @@ import numpy as np
 from ._dask import DaskSource, is_dask_collection
 from ._features import n_attention_features
 from ._memory import n_pairs
-from ._moments import MomentPass, RowReader, coordinates, count_rows
+from ._moments import MomentPass, RowReader, coordinates, count_rows, scales_pass
 from ._solvers import (
     REGISTRY,
     RowCounts,
@@ -66,7 +66,7 @@ def data_source(X, y, sample_weight, *, readout, layout, n_features_in=None):
     ``layout`` holds ``token_dim`` and ``data_format``; ``n_features_in`` is
     the token dimension an earlier call fixed (``partial_fit``).
     """
-    if is_dask_collection(X) or is_dask_collection(y):
+    if is_dask_collection(X, y):
         return DaskSource(X, y, sample_weight, readout=readout, n_features_in=n_features_in,
                           **layout)
     return ArraySource(X, y, sample_weight, layout=layout, readout=readout,
@@ -80,13 +80,14 @@ def _start(d_out, *, d, readout, terms, decays, statistics=False, keep_rows=None
     A module-level function so that its partial runs on dask workers.
     """
     make = None
+    n_terms = 0 if terms is None else terms.n_terms
+    terms = terms if n_terms else None
     if statistics:
-        n_targets = d_out + (terms.n_terms if terms else 0)
-        make = functools.partial(SufficientStatistics, d, n_targets or None, readout=readout,
-                                 terms=terms if terms else None)
+        make = functools.partial(SufficientStatistics, d, (d_out + n_terms) or None,
+                                 readout=readout, terms=terms)
     return MomentPass(d, d_out or None, readout, keep_rows=keep_rows, statistics=make,
-                      terms=terms if terms else None, provisional=provisional,
-                      coordinates=fixed, groups=groups, decays=decays)
+                      terms=terms, provisional=provisional, coordinates=fixed, groups=groups,
+                      decays=decays)
 
 
 def _map_is_cheaper(source):
@@ -96,11 +97,9 @@ def _map_is_cheaper(source):
     ``2 psi**2 (P + d)`` operations; reading the data again for a second pass
     (their moments, ``n_rows n d**2``) costs less when psi is large (d = 32
     and 20 000 sequences of 64 tokens: 3e11 against 1.3e9).  Data of one
-    chunk need no map at all, and only a source read in order has a first
-    chunk.
+    chunk need no map at all.  The blocks of a dask array run in parallel:
+    the first block's coordinates stand for the first chunk's.
     """
-    if not source.sequential:
-        return False
     if not source.chunked:
         return True
     d, psi = source.d, n_attention_features(source.d)
@@ -216,9 +215,15 @@ class StandardizedProblem:
             if previous.scales is None:  # statistics given by hand keep their coordinates
                 given = provisional
         # Accumulated in the first pass in coordinates known before it, or in those
-        # of the first chunk of a source read in order (mapped at the end).
-        accumulate = statistics and (given is not None or source.sequential and (
-            provisional is not None or _map_is_cheaper(source)))
+        # of the first chunk (mapped at the end).
+        accumulate = statistics and (given is not None or provisional is not None
+                                     or _map_is_cheaper(source))
+        if accumulate and given is None and provisional is None and not source.sequential:
+            # Blocks run in parallel: they start from the first block's coordinates,
+            # gathered before the pass (a read of that block alone).
+            provisional = source.reduce(functools.partial(scales_pass, d=d, readout=readout,
+                                                          decays=decays),
+                                        head=True, name="head").scales.finish()
         if previous is not None and source.d_out is not None:
             previous.check_outputs(source.d_out)  # before the work, when the source knows
         n_keep = None

@@ -24,10 +24,7 @@ import numpy as np
 
 from ._certificate import IdentifiabilityCertificate, certify_identifiability
 from ._features import attention_features, prefix_features
-from ._validation import (
-    check_readout,
-    check_sequences,
-)
+from ._validation import check_readout, check_sequences
 from ._params import check_number, validate_random_state
 
 __all__ = ["RepairResult", "repair_certificate"]

@@ -34,7 +34,8 @@ import numpy as np
 
 from ._features import features_matvec
 from ._memory import n_pairs, real_tokens
-from ._units import check_finite, ldexp
+from ._params import check_flag
+from ._standardize import check_finite, ldexp
 
 __all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms",
            "schur_complement"]
@@ -59,19 +60,13 @@ class LinearTerms:
         self.d = int(d)
         self.intercept = bool(intercept)
         self.skip = bool(skip)
+        # Number of term columns (intercept + d * skip).
+        self.n_terms = int(self.intercept) + self.d * int(self.skip)
 
     @classmethod
     def checked(cls, d, intercept, skip, names=("fit_intercept", "fit_skip")):
         """The terms of two user flags, each checked to be a bool (``names`` for the message)."""
-        for name, value in zip(names, (intercept, skip)):
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False; got {value!r}.")
-        return cls(d, intercept=intercept, skip=skip)
-
-    @property
-    def n_terms(self):
-        """Number of term columns (``intercept + d * skip``)."""
-        return int(self.intercept) + self.d * int(self.skip)
+        return cls(d, intercept=check_flag(intercept, names[0]), skip=check_flag(skip, names[1]))
 
     def __bool__(self):
         return self.n_terms > 0

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+
 from ._validation import check_readout
 from ._params import check_head_decays, check_number
-from .layouts import _check_float64_size, _dense_weight, heads_from_projections
+from .layouts import check_float64_size, dense_weight, heads_from_projections
 
 __all__ = ["AttentionHeads", "from_torch"]
 
@@ -118,9 +119,9 @@ def _weight_array(value, label):
                     "with dequantized weights (tensor.dequantize())."
                 )
             # Before the copy: an expanded view holds few values but copies to its full size.
-            _check_float64_size(value.numel(), f"{label} of shape {tuple(value.shape)}")
+            check_float64_size(value.numel(), f"{label} of shape {tuple(value.shape)}")
             value = value.detach().to("cpu", torch.float64).numpy()
-    return _dense_weight(value, label)
+    return dense_weight(value, label)
 
 
 _MISSING = object()
@@ -277,7 +278,7 @@ def _split_heads(W, labels, n_heads, n_kv_heads, dims):
                 f"({labels[role]} has {rows[role]} rows for {H if role == 'q' else H_kv} heads)."
             )
     d = W["q"].shape[1]
-    _check_float64_size(H * (2 * d_k + d_v) * d, f"the per-head projections of {H} heads")
+    check_float64_size(H * (2 * d_k + d_v) * d, f"the per-head projections of {H} heads")
     group = H // H_kv
     return (W["q"].reshape(H, d_k, d),
             np.repeat(W["k"].reshape(H_kv, d_k, d), group, axis=0),

@@ -1,8 +1,11 @@
 """Sequences in, padded arrays and lengths out.
 
-Every check on user input lives here, so that every estimator and function
-reports a malformed argument with the same words.  The padding rule
-(trailing all-NaN tokens) is implemented once, in :func:`sequence_lengths`.
+The checks of user data (sequences, lengths, targets, weights, heads) and
+of how they are read (``readout``, ``token_dim``, ``data_format``) live
+here, so that every estimator and function reports a malformed argument with
+the same words; the checks of other parameters are in :mod:`._params`.  The
+padding rule (trailing all-NaN tokens) is implemented once, in
+:func:`sequence_lengths`.
 """
 
 import numbers
@@ -19,9 +22,11 @@ __all__ = [
     "check_host_tensor",
     "check_lengths",
     "check_readout",
+    "check_reading",
     "check_sample_weight",
     "check_sequences",
     "check_targets",
+    "check_token_dim",
     "sequence_lengths",
 ]
 
@@ -139,6 +144,16 @@ def check_data_format(data_format):
     return data_format
 
 
+def check_reading(readout, token_dim, data_format):
+    """How an estimator reads X and y, checked: ``readout`` and the layout.
+
+    Returns ``readout`` and ``{"token_dim": ..., "data_format": ...}``, the
+    keywords of :func:`check_sequences`.
+    """
+    return check_readout(readout), {"token_dim": check_token_dim(token_dim),
+                                    "data_format": check_data_format(data_format)}
+
+
 def to_data_format(Y, data_format):
     """Arrays in the package's layout (n, n_tokens, ...) -> the user's layout.
 
@@ -166,7 +181,7 @@ def check_token_dim(token_dim):
     return int(token_dim)
 
 
-def _item_ndim(s):
+def item_ndim(s):
     """np.ndim of a list item, or -1 when it is not even a regular array."""
     try:
         return np.ndim(s)
@@ -182,7 +197,7 @@ def _pad_list(seqs, name, data_format="channels_last", offset=0):
     shape = "(d, n_tokens)" if data_format == "channels_first" else "(n_tokens, d)"
     arrays = []
     for i, s in enumerate(seqs):
-        if _item_ndim(s) == -1:
+        if item_ndim(s) == -1:
             raise ValueError(
                 f"{name}[{i + offset}] must be a 2-D array of shape {shape} when {name} "
                 "is a list of sequences; got a ragged nested list."
@@ -369,7 +384,7 @@ arrays, or array-like of shape (n_samples, n_columns)
             "2-D arrays; got None."
         )
     if isinstance(X, np.ndarray) and X.dtype.kind == "O":
-        if X.ndim == 1 and len(X) and any(_item_ndim(s) == 2 for s in X):
+        if X.ndim == 1 and len(X) and any(item_ndim(s) == 2 for s in X):
             X = list(X)  # an object array of sequences: the same as their list
         else:
             X = _numeric_object_array(X, name, f"a numeric array of shape {layout} or a "
@@ -379,7 +394,7 @@ arrays, or array-like of shape (n_samples, n_columns)
             f"{name} must hold at least one sequence; got an empty {type(X).__name__}."
         )
     if isinstance(X, (list, tuple)) and len(X) > 0 and any(
-        _item_ndim(s) == 2 for s in X
+        item_ndim(s) == 2 for s in X
     ):
         # A list of sequences; _pad_list names any item that is not 2-D.
         X = _pad_list(X, name, data_format, offset)
@@ -627,7 +642,7 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
         # (d_out, n_tokens_i) per sequence, like the sequences themselves.
         y = [np.asarray(s).T if np.ndim(s) == 2 else s for s in y]
     if readout == "all" and isinstance(y, (list, tuple)) and len(y) > 0 and all(
-        _item_ndim(s) in (1, 2) for s in y
+        item_ndim(s) in (1, 2) for s in y
     ) and len({np.ndim(s) for s in y}) == 1 and any(
         np.shape(s)[0] != n_tokens for s in y
     ):

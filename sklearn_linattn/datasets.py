@@ -26,6 +26,7 @@ import numpy as np
 
 from ._attention import mhla_forward
 from ._memory import default_memory_budget, real_tokens
+
 from ._validation import check_readout
 from ._params import check_head_decays, check_number, check_option, validate_random_state
 from .programs import run_dfa

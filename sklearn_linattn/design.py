@@ -54,10 +54,7 @@ from ._certificate import certify_identifiability
 from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features, pair_indices, row_factors
 from ._memory import resolve_budget
-from ._validation import (
-    check_readout,
-    check_sequences,
-)
+from ._validation import check_readout, check_sequences
 from ._params import check_number, validate_random_state
 
 __all__ = ["OracleFit", "identifying_design", "learn_from_oracle", "minimum_design_size"]

@@ -41,7 +41,7 @@ def _bytes(n_bytes):
     return (f"{n_bytes / 2**40:.3g} TiB" if n_bytes >= 2**40 else f"{n_bytes / 2**30:.3g} GiB")
 
 
-def _check_float64_size(n_values, what, memory_budget=None):
+def check_float64_size(n_values, what, memory_budget=None):
     """Refuse ``n_values`` float64 values beyond the memory budget, before allocating them.
 
     ``what`` words the array (its name and shape) in the message.
@@ -55,7 +55,7 @@ def _check_float64_size(n_values, what, memory_budget=None):
         )
 
 
-def _dense_weight(W, name, memory_budget=None):
+def dense_weight(W, name, memory_budget=None):
     """A weight as a finite float64 array, its kind and size checked before any conversion.
 
     Sparse matrices, tensors without values (PyTorch's meta device) and
@@ -83,7 +83,7 @@ def _dense_weight(W, name, memory_budget=None):
     except (AttributeError, TypeError, ValueError):  # no shape yet: a list, a number
         dims = None
     if dims is not None:
-        _check_float64_size(math.prod(dims), f"{name} of shape {dims}", memory_budget)
+        check_float64_size(math.prod(dims), f"{name} of shape {dims}", memory_budget)
     return as_real_array(W, name, finite=True)
 
 
@@ -94,7 +94,7 @@ def _check_ndim(a, name, ndims, expected):
 
 def _per_head(W, name, rows, n_heads):
     """A projection as (n_heads, rows, d): 3-D as given, 2-D fused (n_heads * rows, d) split."""
-    W = _dense_weight(W, name)
+    W = dense_weight(W, name)
     _check_ndim(W, name, (2, 3), f"(n_heads, {rows}, d) or the fused (n_heads * {rows}, d)")
     if W.ndim == 3:
         if n_heads is not None and W.shape[0] != n_heads:
@@ -190,10 +190,10 @@ def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
         )
     d_v = W_v.shape[1]
     if W_o is None:
-        _check_float64_size((H * d_v) ** 2, f"the identity W_o of shape ({H * d_v}, {H * d_v})")
+        check_float64_size((H * d_v) ** 2, f"the identity W_o of shape ({H * d_v}, {H * d_v})")
         W_o = np.eye(H * d_v)
     else:
-        W_o = _dense_weight(W_o, "W_o")
+        W_o = dense_weight(W_o, "W_o")
         if W_o.ndim != 2 or W_o.shape[1] != H * d_v:
             raise ValueError(
                 f"W_o must have shape (d_out, n_heads * d_v) = (d_out, {H * d_v}); got shape "
@@ -201,7 +201,7 @@ def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
             )
     d_out = W_o.shape[0]
     # The heads hold d x d numbers per head: d = 4096 and 32 heads are 4 GiB.
-    _check_float64_size(H * d * (d_out + d),
+    check_float64_size(H * d * (d_out + d),
                        f"the heads V of shape ({H}, {d_out}, {d}) and Q of shape ({H}, {d}, {d})")
     blocks = W_o.reshape(W_o.shape[0], H, d_v).transpose(1, 0, 2)  # (H, d_out, d_v)
     V = blocks @ W_v

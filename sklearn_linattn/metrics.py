@@ -23,10 +23,10 @@ from sklearn.utils.metadata_routing import MetadataRequest, get_routing_for_obje
 from ._validation import (
     DATA_FORMATS,
     READOUTS,
-    _item_ndim,
     as_real_array,
     check_readout,
     check_sample_weight,
+    item_ndim,
     pad_targets,
     to_data_format,
 )
@@ -119,7 +119,7 @@ def _pad_targets(y_true, n_tokens):
 def _is_ragged(y_true):
     if not isinstance(y_true, (list, tuple)) or len(y_true) == 0:
         return False
-    ndims = [_item_ndim(s) for s in y_true]
+    ndims = [item_ndim(s) for s in y_true]
     if any(n not in (1, 2) for n in ndims) or len(set(ndims)) != 1:
         return False
     return len({np.shape(s) for s in y_true}) > 1

@@ -13,10 +13,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from ._validation import (
-    as_real_array,
-    check_readout,
-)
+from ._validation import as_real_array, check_readout
 from ._params import check_head_decays, check_number
 from ._torch_reader import AttentionHeads, from_torch
 from .layouts import projections_from_heads

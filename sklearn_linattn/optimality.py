@@ -22,7 +22,7 @@ from ._attention import NO_EXPONENT
 from ._heads import standardized_heads
 from ._memory import real_tokens
 from ._params import check_head_decays
-from ._units import max_exponent
+from ._standardize import max_exponent
 from ._validation import (
     as_real_array,
     check_heads,

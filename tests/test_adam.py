@@ -18,7 +18,7 @@ from sklearn_linattn import (
     paper_from_heads,
 )
 from sklearn_linattn import _adam as adam
-from sklearn_linattn._memory import iter_sample_chunks
+from sklearn_linattn._memory import sample_chunks
 from sklearn_linattn import (
     AdamLinearAttentionRegressor,
     learning_rate_schedule,
@@ -128,14 +128,14 @@ def test_gradient_ignores_padding_and_chunks(monkeypatch):
 
     def small_chunks(n_samples, values_per_sample):
         calls.append(n_samples)
-        return iter_sample_chunks(n_samples, values_per_sample, budget=3 * values_per_sample)
+        return sample_chunks(n_samples, values_per_sample, budget=3 * values_per_sample)
 
-    monkeypatch.setattr(adam, "iter_sample_chunks", small_chunks)
+    monkeypatch.setattr(adam, "sample_chunks", small_chunks)
     for readout, Yr in [("all", Y), ("last", Y[:, 0])]:
         chunked = mhla_loss_gradient(np.nan_to_num(X), Yr, V, Q, lengths, readout=readout)
         monkeypatch.undo()
         whole = mhla_loss_gradient(np.nan_to_num(X), Yr, V, Q, lengths, readout=readout)
-        monkeypatch.setattr(adam, "iter_sample_chunks", small_chunks)
+        monkeypatch.setattr(adam, "sample_chunks", small_chunks)
         for u, v in zip(whole, chunked):
             np.testing.assert_allclose(u, v, rtol=1e-12)
     assert calls == [30, 30]

@@ -107,3 +107,25 @@ def test_modules_and_classes_stay_small():
             assert len(code) <= 350, (
                 f"{path.relative_to(ROOT)}:{node.name} has {len(code)} lines of code"
             )
+
+
+def test_no_private_name_imported_across_modules():
+    # A name with a leading underscore is its module's own; a subpackage's
+    # modules may share theirs.  Importing a private module is not a name.
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        package = path.relative_to(PACKAGE).parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+                continue
+            base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            target = list(base) + (node.module.split(".") if node.module else [])
+            if package and target[:1] == list(package[:1]):
+                continue  # within one subpackage
+            for alias in node.names:
+                name = alias.name
+                is_module = (PACKAGE.joinpath(*target, f"{name}.py").exists()
+                             or PACKAGE.joinpath(*target, name).is_dir())
+                if name.startswith("_") and not name.startswith("__") and not is_module:
+                    found.append(f"{path.relative_to(PACKAGE)}: {'.'.join(target)}.{name}")
+    assert not found, f"private names imported across modules: {sorted(found)}"

@@ -108,3 +108,16 @@ def test_row_notes_are_kept_in_the_report():
     assert "Measured apart from this run (`benchmarks/notes/gram.md`)" in full
     assert note in full
     assert note not in render_markdown([], quick=True, **common)
+
+
+def test_fit_path_counts_the_stays_of_a_fit(capsys):
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import fit_path
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    fit_path.main(["--case", "none", "--path"])
+    out = capsys.readouterr().out
+    total = int(out.split(" stays")[0])
+    assert total > 10
+    assert "sklearn_linattn._estimators" in out and "_model" in out.splitlines()[-1]

@@ -11,9 +11,9 @@ import numpy as np
 import scipy.sparse
 
 from .._features import attention_features, prefix_features, sparse_feature_rows
-from .._memory import iter_sample_chunks, real_tokens
+from .._memory import sample_chunks, real_tokens
 from .._standardize import TokenStandardizer, scale_per_sample
-from .._units import ldexp
+from .._standardize import ldexp
 from .._validation import check_sequences
 from .._params import check_number
 from ._rowspace import row_space_from_solution
@@ -404,7 +404,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             raise space.unavailable("covers() and error_bound() on a failed certificate")
         sparse_ok = (space.resolves_null_space and self.n_features >= _SPARSE_MIN_PSI
                      and terms is None)
-        for sl in iter_sample_chunks(n_samples, rows_per_sample * self.n_features):
+        for sl in sample_chunks(n_samples, rows_per_sample * self.n_features):
             Xc, f = scale_per_sample(st.transform(X[sl]))
             scale[sl] = f
             if sparse_ok and np.count_nonzero(Xc) <= _SPARSE_DENSITY * Xc.size:

@@ -4,7 +4,6 @@ from .._features import n_attention_features
 from .._solvers import (
     REGISTRY,
     SOLVERS,
-    check_solver_memory,
     choose_solver,
     solve_statistics,
 )
@@ -150,8 +149,7 @@ def certify_identifiability(
     n_blocks = 1 if decays is None else len(decays)
     psi = n_blocks * n_attention_features(d)
     n_rows = count_rows(lengths, readout, sample_weight)
-    solver = choose_solver(solver, n_rows, psi)
-    check_solver_memory(solver, n_rows, psi)
+    solver = choose_solver(solver, n_rows, psi, check_memory=True)
     if n_rows == 0:
         raise ValueError("every sequence has zero sample weight: there is nothing to fit.")
     problem = StandardizedProblem.from_source(

@@ -4,9 +4,9 @@ import numpy as np
 import scipy.linalg
 
 from .._features import n_attention_features, row_factors
-from .._memory import iter_sample_chunks, sample_values
+from .._memory import sample_chunks, sample_values
 from .._spectrum import eigenvalue_tolerance
-from .._units import max_exponent
+from .._standardize import max_exponent
 from .._validation import (
     check_data_format,
     check_readout,
@@ -30,7 +30,7 @@ def _scaled_gram(X, lengths, weights, readout, row_exponent):
     psi = n_attention_features(d)
     gram = np.zeros((psi, psi))
     weight_sum = 0.0
-    for chunk in iter_sample_chunks(n_samples, sample_values(d, n_tokens, readout, psi)):
+    for chunk in sample_chunks(n_samples, sample_values(d, n_tokens, readout, psi)):
         S, x, sample = row_factors(X[chunk], lengths[chunk], readout)
         x = np.ldexp(x, -row_exponent)
         w = weights[chunk][sample]

@@ -11,13 +11,8 @@ import numpy as np
 
 from .._features import pair_indices
 from .._memory import real_tokens, resolve_budget
-from .._units import exponent, max_exponent
-from .._validation import (
-    check_readout,
-    check_sample_weight,
-    check_sequences,
-    check_targets,
-)
+from .._standardize import exponent, max_exponent
+from .._validation import check_readout, check_sample_weight, check_sequences, check_targets
 
 __all__ = ["BilinearData", "fit_heads_memory", "fit_heads_work"]
 

@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._attention import attention_coefficients
 from .._features import n_attention_features, pair_indices, unfold_coefficients
 from .._memory import n_pairs, single_blas_thread
-from .._units import max_exponent
+from .._standardize import max_exponent
 from .._validation import as_real_array
 from .._params import check_number, validate_random_state
 
@@ -146,6 +146,11 @@ def heads_from_coefficients(coef, d, *, rtol=None):
     """
     coef, d = _check_coef(coef, d)
     rtol = check_number(rtol, "rtol", low=0.0, allow_none=True)
+    return svd_heads(coef, d, rtol=rtol)
+
+
+def svd_heads(coef, d, *, rtol=None):
+    """Heads of checked float64 coefficients (d_out, psi) by SVD; see :func:`heads_from_coefficients`."""
     d_out = coef.shape[0]
     M = _coefficient_matrix(coef, d)
     if rtol is None:

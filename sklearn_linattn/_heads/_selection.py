@@ -17,7 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._attention import attention_coefficients
 from .._memory import resolve_budget
 from ._bilinear import fit_heads_memory, fit_heads_work
-from ._compression import compress_heads, heads_from_coefficients, joined_heads
+from ._compression import compress_heads, joined_heads, svd_heads
 from ._direct import fit_standardized_heads
 from ._local import LocalCertificate
 
@@ -232,7 +232,7 @@ class _HeadGroups:
         self.d, self.decays = d, decays
         self.folded = np.split(folded, 1 if decays is None else len(decays), axis=1)
         self.whole = folded
-        self.groups = [heads_from_coefficients(f, d) for f in self.folded]
+        self.groups = [svd_heads(f, d) for f in self.folded]
 
     @property
     def sizes(self):

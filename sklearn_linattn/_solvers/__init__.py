@@ -158,7 +158,8 @@ STATISTICS_SOLVERS = tuple(name for name, s in REGISTRY.items() if s.statistics)
 DASK_SOLVERS = tuple(name for name, s in REGISTRY.items() if s.dask is not None)
 
 
-def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False, dask=False):
+def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False, dask=False,
+                  check_memory=False):
     """Resolve ``"auto"`` from the shape of the design and the memory budget.
 
     - Dense psi x psi arrays of the normal equations above ``memory_budget``
@@ -186,6 +187,9 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False, 
         Only the solvers that run on dask arrays (:data:`DASK_SOLVERS`): the
         statistics solver for the shape, or ``"cg"`` when its psi x psi
         arrays exceed ``memory_budget``; another ``solver`` is refused.
+    check_memory : bool, default=False
+        Also refuse a chosen solver whose dense arrays exceed the budget
+        (:func:`check_solver_memory`).
 
     Returns
     -------
@@ -195,7 +199,8 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False, 
     Raises
     ------
     ValueError
-        With ``dask=True``, for a solver that does not run on dask arrays.
+        With ``dask=True``, for a solver that does not run on dask arrays;
+        with ``check_memory=True``, for a solver whose arrays exceed the budget.
 
     Examples
     --------
@@ -214,17 +219,19 @@ def choose_solver(solver, n_rows, psi, *, memory_budget=None, statistics=False, 
             f"dask input is processed block by block on the workers, which needs solver in "
             f"{('auto',) + DASK_SOLVERS}; got solver={solver!r}."
         )
-    if solver != "auto":
-        return solver
-    tall_choice = "eigh" if psi <= FULL_SPECTRUM_PSI else "cholesky"
-    if statistics:
-        return tall_choice
     budget = resolve_budget(memory_budget)
-    if dask:
-        return tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
-    if n_rows < psi:
-        return "dual" if solver_memory("dual", n_rows, psi) <= budget else "cg"
-    return tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
+    tall_choice = "eigh" if psi <= FULL_SPECTRUM_PSI else "cholesky"
+    if solver != "auto":
+        chosen = solver
+    elif statistics:
+        chosen = tall_choice
+    elif n_rows < psi and not dask:
+        chosen = "dual" if solver_memory("dual", n_rows, psi) <= budget else "cg"
+    else:
+        chosen = tall_choice if solver_memory(tall_choice, n_rows, psi) <= budget else "cg"
+    if check_memory:
+        _check_memory(chosen, n_rows, psi, budget)
+    return chosen
 
 
 def solver_memory(solver, n_rows, psi):
@@ -266,7 +273,10 @@ def check_solver_memory(solver, n_rows, psi, memory_budget=None):
     The message gives the estimate (:func:`solver_memory`), the budget and
     the solvers whose arrays would fit.
     """
-    budget = resolve_budget(memory_budget)
+    _check_memory(solver, n_rows, psi, resolve_budget(memory_budget))
+
+
+def _check_memory(solver, n_rows, psi, budget):
     need = solver_memory(solver, n_rows, psi)
     if need <= budget:
         return

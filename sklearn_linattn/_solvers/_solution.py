@@ -7,7 +7,7 @@ import scipy.linalg
 
 from .._spectrum import eigenvalue_tolerance
 from .._standardize import TokenStandardizer
-from .._units import exponent
+from .._standardize import exponent
 
 __all__ = ["SpectralSolution", "coef_from_gram", "coef_from_spectrum", "dense_solution",
            "ridge_penalty", "spectral_inverse", "zero_design_solution"]

@@ -5,7 +5,7 @@ import functools
 import numpy as np
 
 from .._features import features_rmatvec, pair_index_matrix, pair_indices
-from .._memory import iter_sample_chunks, n_pairs, zero_padding
+from .._memory import sample_chunks, n_pairs, zero_padding
 from .._moments import MomentPass
 from .._standardize import TokenStandardizer, feature_map
 from .._validation import check_lengths_array, check_readout
@@ -430,7 +430,7 @@ class SufficientStatistics(RowCounts):
     def add_rows(self, rows):
         """Add standardized rows (:class:`~.._moments.Rows`): Gram matrix, moment, counts."""
         per_row = 3 * self.standardizer.n_moments + 2 * self.d + (self.d_out or 0) * (self.d + 2)
-        for sl in iter_sample_chunks(rows.n_rows, per_row):
+        for sl in sample_chunks(rows.n_rows, per_row):
             self._accumulate(rows.S[sl], rows.x[sl], None if rows.w is None else rows.w[sl],
                              None if rows.Y is None else rows.Y[sl])
         return self

@@ -3,7 +3,7 @@
 import numpy as np
 import scipy.linalg
 
-from .._features import _outer_features, features_rmatvec
+from .._features import outer_features, features_rmatvec
 from .._spectrum import descending_eigh, eigenvalue_tolerance
 from ._solution import SpectralSolution, dense_solution, ridge_penalty
 
@@ -23,7 +23,7 @@ def solve_svd(rows, alpha=0.0, options=None):
     dtype = rows.dtype
     rows = rows.all_rows()
     S, x, w, Yr = rows.S, rows.x, rows.w, rows.Y
-    Phi = _outer_features(S, x)
+    Phi = outer_features(S, x)
     if w is not None:
         sw = np.sqrt(w)
         Phi *= sw[:, None]
