@@ -24,8 +24,15 @@ from ._memory import (
     single_blas_thread,
     zero_padding,
 )
-from ._standardize import SAFE_EXPONENT, scale_per_sample
-from ._standardize import column_abs_max, exponent, pow2_scale
+from ._standardize import (
+    NO_EXPONENT,
+    SAFE_EXPONENT,
+    column_abs_max,
+    exponent,
+    head_exponents,
+    pow2_scale,
+    scale_per_sample,
+)
 from ._validation import as_real_array, check_heads, check_lengths, check_readout, check_sequences
 from ._params import check_decays, check_head_decays, check_number
 
@@ -35,17 +42,6 @@ __all__ = [
     "mhla_generate",
     "same_function",
 ]
-
-# Below every float64 exponent: marks a head with no non-zero entry.
-NO_EXPONENT = -(2**40)
-
-
-def head_exponents(A, shift):
-    """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``NO_EXPONENT`` if zero)."""
-    mantissa, exp = np.frexp(A)
-    exp = np.where(mantissa != 0, exp + shift[None], NO_EXPONENT)
-    return exp.reshape(A.shape[0], int(np.prod(A.shape[1:]))).max(axis=1, initial=NO_EXPONENT)
-
 
 def _scaled_heads(V, Q, e=None):
     """Heads rescaled by powers of two, and the exponent that undoes it.

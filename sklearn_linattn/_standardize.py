@@ -57,6 +57,17 @@ def max_exponent(a, axis=None):
     return np.frexp(np.max(np.abs(a), axis=axis, initial=0.0))[1]
 
 
+# Below every float64 exponent: marks a head with no non-zero entry.
+NO_EXPONENT = -(2**40)
+
+
+def head_exponents(A, shift):
+    """Per head, the largest binary exponent of ``A[h] * 2**shift`` (``NO_EXPONENT`` if zero)."""
+    mantissa, exp = np.frexp(A)
+    exp = np.where(mantissa != 0, exp + shift[None], NO_EXPONENT)
+    return exp.reshape(A.shape[0], int(np.prod(A.shape[1:]))).max(axis=1, initial=NO_EXPONENT)
+
+
 def ldexp(x, e):
     """``np.ldexp`` whose overflow to inf is reported by :func:`check_finite`, not warned."""
     with np.errstate(over="ignore"):
@@ -228,21 +239,31 @@ class UnitMaps:
         check_finite(Q, "The key-query matrices on the data's own units")
         return V, Q
 
-    def heads_from_user(self, V, Q):
-        """Heads on the user's data -> heads on standardized data (inverse of :meth:`heads_to_user`)."""
-        V = np.asarray(V, dtype=np.float64)
-        Q = np.asarray(Q, dtype=np.float64)
+    def heads_from_user(self, V, Q, y_exponents=None):
+        """Heads in the data's units as heads on standardized tokens, per head ``2**c_h`` apart.
+
+        Returns ``(V_s, Q_s, c)``: the function on standardized tokens (outputs
+        in units of ``2**y_exponents``, or unscaled) has the heads ``2**c[h]
+        V_s[h]`` and ``Q_s[h]``, the entries of V_s and Q_s at most 1 before the
+        whitening; ``c[h]`` is ``NO_EXPONENT`` for a zero head (V_h or Q_h
+        zero), which comes back zero.  Each entry is scaled by one power of two
+        (the units of its coordinates and output, and its head's own), so
+        nothing over- or underflows whatever the units or the heads' balance.
+        """
         e = self.exponents
-        ey = np.zeros(V.shape[1], dtype=np.int64) if self.y_exponents is None else self.y_exponents
-        V = ldexp(V, (e[None, :] - ey[:, None])[None])
-        Q = ldexp(Q, (e[:, None] + e[None, :])[None])
+        ey = np.zeros(V.shape[1], dtype=np.int64) if y_exponents is None else y_exponents
+        sv = e[None, :] - ey[:, None]  # V[h, a, j] * 2**(e_j - ey_a)
+        sq = e[:, None] + e[None, :]  # Q[h, k, l] * 2**(e_k + e_l)
+        mv, mq = head_exponents(V, sv), head_exponents(Q, sq)
+        live = (mv != NO_EXPONENT) & (mq != NO_EXPONENT)
+        mv, mq = np.where(live, mv, 0), np.where(live, mq, 0)
+        # A head with one zero factor is zero: cleared before scaling, which could overflow.
+        Vs = np.ldexp(V * live[:, None, None], sv[None] - mv[:, None, None])
+        Qs = np.ldexp(Q * live[:, None, None], sq[None] - mq[:, None, None])
         if self.whitening is not None:
             Wi = self.inverse_whitening
-            V = V @ Wi.T
-            Q = Wi @ Q @ Wi.T
-        check_finite(V, "The value matrices in standardized units")
-        check_finite(Q, "The key-query matrices in standardized units")
-        return V, Q
+            Vs, Qs = Vs @ Wi.T, Wi @ Qs @ Wi.T
+        return Vs, Qs, np.where(live, mv + mq, NO_EXPONENT).astype(np.int64)
 
     def inputs_to_user(self, Z):
         """Standardized sequences -> the user's sequences (inverse of :meth:`transform`)."""
@@ -359,12 +380,6 @@ class TokenStandardizer(UnitMaps):
     @property
     def whitened(self):
         return self.whitening is not None
-
-    @property
-    def is_identity(self):
-        return (not self.whitened and not self.exponents.any()
-                and (self.y_exponents is None or not self.y_exponents.any())
-                and self.weight_exponent == 0)
 
     def __eq__(self, other):
         if not isinstance(other, TokenStandardizer):

@@ -18,11 +18,9 @@ from sklearn.utils.validation import check_is_fitted
 from ._attention import attention_coefficients, decay_blocks, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
-from ._attention import NO_EXPONENT
-from ._heads import standardized_heads
 from ._memory import real_tokens
 from ._params import check_head_decays
-from ._standardize import max_exponent
+from ._standardize import NO_EXPONENT, max_exponent
 from ._validation import (
     as_real_array,
     check_heads,
@@ -486,7 +484,7 @@ def _head_outputs(st, ey, Xs, lengths, readout, V, Q, decays=None):
     One forward pass over every head, head h weighted by ``2**(c_h - top)``
     (at most 1; heads 2**1074 below the largest vanish, far below rounding).
     """
-    Vs, Qs, c = standardized_heads(st, V, Q, ey)
+    Vs, Qs, c = st.heads_from_user(V, Q, ey)
     top = int(c.max()) if c.size and c.max() != NO_EXPONENT else 0
     Vw = np.ldexp(Vs, np.maximum(c - top, -2 * _HUGE_EXPONENT)[:, None, None])
     return mhla_forward(Xs, Vw, Qs, lengths, readout=readout, decays=decays), top

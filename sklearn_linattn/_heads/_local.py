@@ -5,14 +5,14 @@ import functools
 import numpy as np
 import scipy.linalg
 
-from .._attention import NO_EXPONENT, head_exponents
+from .._standardize import NO_EXPONENT
 from .._features import pair_indices
 from .._source import standardizer_of
 from .._validation import check_heads
 from ._bilinear import _EPS, BilinearData, _check_jacobian_memory, _validated
 from ._compression import _coef_map_of_key_queries, _coef_map_of_values, balance
 
-__all__ = ["LocalCertificate", "certify_heads_locally", "standardized_heads"]
+__all__ = ["LocalCertificate", "certify_heads_locally"]
 
 
 class LocalCertificate:
@@ -253,33 +253,6 @@ def _certificate(rows, V, Q, eps_in=_EPS):
                             degenerate_heads=degenerate)
 
 
-def standardized_heads(st, V, Q, y_exponents=None):
-    """Heads in the data's units as heads on st's standardized tokens, per head ``2**c_h`` apart.
-
-    Returns ``(V_s, Q_s, c)``: the function on standardized tokens (outputs
-    in units of ``2**y_exponents``, or unscaled) has the heads ``2**c[h]
-    V_s[h]`` and ``Q_s[h]``, the entries of V_s and Q_s at most 1 before the
-    whitening; ``c[h]`` is ``NO_EXPONENT`` for a zero head (V_h or Q_h
-    zero), which comes back zero.  Each entry is scaled by one power of two
-    (the units of its coordinates and output, and its head's own), so
-    nothing over- or underflows whatever the units or the heads' balance.
-    """
-    e = st.exponents
-    ey = np.zeros(V.shape[1], dtype=np.int64) if y_exponents is None else y_exponents
-    sv = e[None, :] - ey[:, None]  # V[h, a, j] * 2**(e_j - ey_a)
-    sq = e[:, None] + e[None, :]  # Q[h, k, l] * 2**(e_k + e_l)
-    mv, mq = head_exponents(V, sv), head_exponents(Q, sq)
-    live = (mv != NO_EXPONENT) & (mq != NO_EXPONENT)
-    mv, mq = np.where(live, mv, 0), np.where(live, mq, 0)
-    # A head with one zero factor is zero: cleared before scaling, which could overflow.
-    Vs = np.ldexp(V * live[:, None, None], sv[None] - mv[:, None, None])
-    Qs = np.ldexp(Q * live[:, None, None], sq[None] - mq[:, None, None])
-    if st.whitening is not None:
-        Wi = st.inverse_whitening
-        Vs, Qs = Vs @ Wi.T, Wi @ Qs @ Wi.T
-    return Vs, Qs, np.where(live, mv + mq, NO_EXPONENT).astype(np.int64)
-
-
 def _standard_heads(st, V, Q):
     """The heads on st's standardized tokens up to one positive factor, the largest about 1.
 
@@ -287,7 +260,7 @@ def _standard_heads(st, V, Q):
     its two factors (a head 2**-2000 below the largest underflows to zero:
     it is degenerate either way).
     """
-    Vs, Qs, c = standardized_heads(st, V, Q)
+    Vs, Qs, c = st.heads_from_user(V, Q)
     live = c != NO_EXPONENT
     rel = np.where(live, c - (c[live].max() if live.any() else 0), 0)
     half = rel // 2
