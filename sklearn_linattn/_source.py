@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs, zero_padding
+from ._memory import FLOP_RATE, heads_size, least_squares_work, n_pairs, real_tokens, zero_padding
 from ._moments import RowReader, coordinates, count_rows, scales_pass
 from ._solvers import REGISTRY, solver_memory
 from ._validation import (
@@ -52,7 +52,7 @@ _LARGE_SECONDS = 60.0
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def _user_stacklevel():
+def user_stacklevel():
     """``warnings.warn``'s stacklevel for the caller's caller's first frame outside the package."""
     frame, level = sys._getframe(2), 2
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
@@ -79,7 +79,7 @@ def _fit_size(n_rows, d, psi, d_out, solve):
 
 
 def check_layout(shape, *, readout="last", token_dim=None, data_format="channels_last",
-                 n_rows=None, d_out=0, solve=True):
+                 n_rows=None, d_out=0, solve=True, varying=None):
     """Warn, before the work, when X looks like series stored with time along the last axis.
 
     aeon and sktime store series as (n_samples, n_channels, n_timepoints);
@@ -90,7 +90,10 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     purpose): a :class:`~sklearn_linattn.exceptions.LayoutWarning` when
     ``d >= 8 n_tokens``, or when ``d > 4 n_tokens`` and the fit is large
     (more than 1 GiB of dense arrays, or more than a minute at
-    ``FLOP_RATE``).
+    ``FLOP_RATE``).  With ``varying``, only the coordinates that vary count
+    as d in that rule: a coordinate that is constant over every token (a
+    position code of one-token windows, say) is not a time point of stored
+    series.
 
     Parameters
     ----------
@@ -107,6 +110,10 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     solve : bool, default=True
         False sizes the feature matrix instead of a least squares
         (:class:`~sklearn_linattn.LinearAttentionFeatures`).
+    varying : callable or None, default=None
+        ``varying()``: the number of coordinates that vary over the real
+        tokens of the data seen, asked for only when the shape alone would
+        warn (None: every coordinate counts).
 
     Returns
     -------
@@ -131,12 +138,15 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     n_samples, n_tokens, d = (int(n) for n in shape)
     if not d > _LARGE_FIT_RATIO * n_tokens:
         return False
+    series = d if varying is None else min(d, int(varying()))
+    if not series > _LARGE_FIT_RATIO * n_tokens:
+        return False
     psi = d * n_pairs(d)
     if n_rows is None:
         n_rows = n_samples * (1 if readout == "last" else n_tokens)
     need, work = _fit_size(n_rows, d, psi, d_out, solve)
     seconds = work / FLOP_RATE
-    if d < _TRANSPOSED_RATIO * n_tokens and not (need > _LARGE_BYTES
+    if series < _TRANSPOSED_RATIO * n_tokens and not (need > _LARGE_BYTES
                                                  or seconds > _LARGE_SECONDS):
         return False
     tokens = f"{n_tokens} token{'s' * (n_tokens != 1)}"
@@ -154,9 +164,18 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
         f"{n_tokens * n_pairs(n_tokens)}). If X does hold {tokens} of {d} coordinates, "
         'silence this with warnings.filterwarnings("ignore", '
         "category=sklearn_linattn.exceptions.LayoutWarning).",
-        LayoutWarning, stacklevel=_user_stacklevel(),
+        LayoutWarning, stacklevel=user_stacklevel(),
     )
     return True
+
+
+def _varying(X, lengths):
+    """Number of coordinates that take more than one value over the real tokens of X."""
+    tokens = X[real_tokens(lengths, X.shape[1])] if lengths is not None else X.reshape(
+        -1, X.shape[2])
+    with np.errstate(invalid="ignore"):
+        return int(np.count_nonzero(np.nanmax(tokens, axis=0, initial=-np.inf)
+                                    > np.nanmin(tokens, axis=0, initial=np.inf)))
 
 
 def _full(X):
@@ -247,11 +266,12 @@ class ArraySource:
             self._whole = (Xv, lengths, Y, single, w)
             self.n_samples = Xv.shape[0]
             self.sample_weight = w
-        Xf, _, Yf, self.single_output, _ = self.first()
+        Xf, lengths_f, Yf, self.single_output, _ = self.first()
         self.n_tokens, self.d = Xf.shape[1], Xf.shape[2]
         self.d_out = 0 if Yf is None else Yf.shape[-1]
         check_layout((self.n_samples,) + Xf.shape[1:], readout=readout,
-                     n_rows=self.n_rows_bound(), d_out=self.d_out, **layout)
+                     n_rows=self.n_rows_bound(), d_out=self.d_out,
+                     varying=functools.partial(_varying, Xf, lengths_f), **layout)
 
     @classmethod
     def validated(cls, X, lengths, Y=None, sample_weight=None, readout="last"):

@@ -242,3 +242,26 @@ def test_the_layout_warning_can_be_filtered_by_category():
         warnings.filterwarnings("ignore", category=LayoutWarning)
         assert LinearAttentionFeatures().fit(X).n_features_in_ == 24
     assert issubclass(LayoutWarning, UserWarning)
+
+
+def test_one_token_windows_with_positions_do_not_warn():
+    """Reproducer: one-token windows after sinusoidal positions (d = 10) warned of a transposed layout.
+
+    Their 8 position channels are the same on every token (position 0), so only the 2 data
+    channels vary: fewer than 8 per token, which stored series cannot be.
+    """
+    from sklearn.pipeline import make_pipeline
+
+    from sklearn_linattn.preprocessing import PositionalEncoding
+
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(50, 1, 2))
+    y = X[:, 0, 0] * X[:, 0, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LayoutWarning)
+        model = make_pipeline(PositionalEncoding(kind="sinusoidal"),
+                              LinearAttentionRegressor()).fit(X, y)
+    assert model[-1].n_features_in_ == 10
+    # Stored series of one channel still warn: every coordinate varies.
+    with pytest.warns(LayoutWarning, match=r"\(50, 1, 30\)"):
+        LinearAttentionRegressor().fit(rng.normal(size=(50, 1, 30)), y)
