@@ -450,7 +450,17 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         so far (since the last ``fit``, or continuing a ``fit`` made with
         ``"eigh"``/``"cholesky"``) are summed, and ``coef_``, the heads and
         ``certificate_`` are recomputed from them after every call: the model
-        after k calls equals ``fit`` on the k batches together.  Each call
+        after k calls equals ``fit`` on the k batches together (to rounding)
+        wherever the data determine the answer (``certificate_`` True), and
+        on rank-deficient data it is the same minimum-norm fit in the same
+        coordinates, to the rounding of a map: the statistics of earlier
+        batches are mapped into the coordinates of all the data, and where
+        later batches reach directions the earlier ones hardly did, that map
+        rounds some eigenvalues of the Gram matrix away.  They then count
+        as zero, ``feature_rank_`` is lower than ``fit``'s, and a
+        :class:`~sklearn_linattn.exceptions.MappedStatisticsWarning` says so
+        (a first batch that covers every direction avoids it).  The rank is
+        never more than the number of rows seen.  Each call
         therefore costs one solve of the psi x psi normal equations plus, when
         ``n_heads`` is set, a head compression (with ``"auto"``, the search
         over head counts); for many small batches keep

@@ -123,6 +123,52 @@ def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
     return float(lambda_max) * n_features * rel
 
 
+def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None, floor=0.0):
+    """:func:`eigenvalue_tolerance` of a spectrum, at least ``floor``, at most ``n_rows`` above it.
+
+    A Gram matrix of ``n_rows`` feature rows has rank at most ``n_rows``.
+    Statistics mapped between coordinates (a ``partial_fit`` whose batches
+    change the whitening, cross-validation folds gathered in the first
+    block's coordinates) carry the rounding of the map in every eigenvalue,
+    which can exceed the tolerance: eigenvalues below ``floor``, and all but
+    the largest ``n_rows``, are zero.
+
+    Parameters
+    ----------
+    w : ndarray of shape (m,)
+        Eigenvalues in decreasing order.
+    n_features : int
+        Number of features psi (the tolerance's scale).
+    dtype : dtype, default=float64
+        The least precise floating dtype of the input sequences.
+    n_rows : int or None, default=None
+        Number of rows of positive weight behind the Gram matrix (None: no
+        bound).
+    floor : float, default=0.0
+        The rounding of the maps the Gram matrix went through
+        (``SufficientStatistics.map_rounding``): eigenvalues below it are
+        rounding too.
+
+    Returns
+    -------
+    tol : float
+        An eigenvalue counts as zero when it is at most ``tol``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._spectrum import rank_tolerance
+    >>> w = np.array([4.0, 2.0, 1e-9, 0.0])
+    >>> int(np.count_nonzero(w > rank_tolerance(w, 4))), int(np.count_nonzero(
+    ...     w > rank_tolerance(w, 4, n_rows=2)))
+    (3, 2)
+    """
+    tol = max(eigenvalue_tolerance(w[0] if w.size else 0.0, n_features, dtype), float(floor))
+    if n_rows is not None and 0 <= n_rows < w.size and w[n_rows] > tol:
+        tol = float(w[n_rows])
+    return tol
+
+
 def descending_eigh(A, *, vectors=True, overwrite_a=False):
     """Eigenvalues of a symmetric matrix in decreasing order, clipped at 0, and eigenvectors.
 

@@ -7,6 +7,7 @@ is checked quickly.
 """
 
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -239,3 +240,61 @@ def test_cg_reads_float32_sequences_in_place(small_chunks):
     # row factors (8000 rows of P + d = 9 float64 values, 0.6 MB).
     cache = 8000 * 9 * 8
     assert peak < X.nbytes / 4 + cache
+
+
+def _two_batches(seed, n, n_tokens=1):
+    rng = np.random.default_rng(seed)
+    scales = 10.0 ** rng.uniform(-3, 3, size=3)
+    X, y = rng.normal(size=(n, n_tokens, 3)) * scales, rng.normal(size=n)
+    X_new = rng.normal(size=(20, 6, 3)) * scales * 3  # longer and larger than the training data
+    return X, y, X_new
+
+
+def test_partial_fit_on_rank_deficient_data_equals_fit_or_warns():
+    """Reproducer: 3 one-token sequences (rank 3 of psi = 18), the first batch of one.
+
+    The first batch's statistics, mapped into the coordinates of all three,
+    came back with 3 more eigenvalues above the tolerance than a fit of all
+    three (rank 6 from 3 rows), and new inputs got answers up to 2.6 times
+    the fit's apart, silently.
+    """
+    from sklearn_linattn.exceptions import MappedStatisticsWarning
+
+    warned = 0
+    for seed in range(60):
+        X, y, X_new = _two_batches(seed, 3)
+        whole = LinearAttentionRegressor().fit(X, y)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = LinearAttentionRegressor().partial_fit(X[:1], y[:1]).partial_fit(X[1:], y[1:])
+        assert model.feature_rank_ <= 3  # never more than the rows
+        if any(issubclass(w.category, MappedStatisticsWarning) for w in caught):
+            warned += 1
+            assert model.feature_rank_ < whole.feature_rank_
+            continue
+        assert model.feature_rank_ == whole.feature_rank_ == 3
+        expected = whole.predict(X_new)
+        # The same row space, to the rounding of the map (below the warning's threshold).
+        assert np.max(np.abs(model.predict(X_new) - expected)) <= 1e-6 * np.max(np.abs(expected))
+    assert 0 < warned < 60  # seed 47 is one (the warning's example)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_partial_fit_of_identified_data_equals_fit_out_of_distribution(seed):
+    X, y, X_new = _two_batches(seed, 40, n_tokens=2)
+    whole = LinearAttentionRegressor().fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = LinearAttentionRegressor().partial_fit(X[:1], y[:1]).partial_fit(X[1:], y[1:])
+    assert whole.certificate_ and model.certificate_
+    expected = whole.predict(X_new)
+    np.testing.assert_allclose(model.predict(X_new), expected, rtol=0,
+                               atol=1e-9 * np.max(np.abs(expected)))
+
+
+def test_cholesky_never_certifies_fewer_rows_than_features():
+    """Mapped statistics of 3 rows can round to a positive definite 18 x 18 Gram matrix."""
+    X, y, _ = _two_batches(71, 3)
+    model = LinearAttentionRegressor(solver="cholesky").partial_fit(X[:1], y[:1])
+    model.partial_fit(X[1:], y[1:])
+    assert model.feature_rank_ <= 3 and not model.certificate_

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from .._spectrum import eigenvalue_tolerance
+from .._spectrum import eigenvalue_tolerance, rank_tolerance
 from .._standardize import TokenStandardizer
 from .._standardize import exponent
 
@@ -186,10 +186,15 @@ def coef_from_gram(G, moment, ridge):
         return ((U[:, keep] / w[keep]) @ (U[:, keep].T @ b)).T
 
 
-def dense_solution(w, U, moment, alpha, dtype, method, standardizer):
-    """SpectralSolution from eigenvalues w (length psi, decreasing) and eigenvectors U."""
+def dense_solution(w, U, moment, alpha, dtype, method, standardizer, n_rows=None, floor=0.0):
+    """SpectralSolution from eigenvalues w (length psi, decreasing) and eigenvectors U.
+
+    ``n_rows``: the rows of positive weight behind them, which bound the
+    rank; ``floor``: the rounding of the maps their Gram matrix went
+    through (:func:`~.._spectrum.rank_tolerance`).
+    """
     psi = w.shape[0]
-    tol = eigenvalue_tolerance(w[0] if psi else 0.0, psi, dtype)
+    tol = rank_tolerance(w, psi, dtype, n_rows, floor)
     ridge = ridge_penalty(alpha, w.sum(), psi)
     return SpectralSolution(
         coef=coef_from_spectrum(w, U, moment, ridge, tol),

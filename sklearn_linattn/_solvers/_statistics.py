@@ -58,6 +58,21 @@ def _pair_offsets(P):
     return np.concatenate([[0], np.cumsum(P - np.arange(P))])
 
 
+
+def _mapped_gram(G, A, B):
+    """``kron(A, B) G kron(A, B)^T`` of G shaped (P, d, P, d), as a (P d, P d) matrix."""
+    G = np.tensordot(A, G, axes=([1], [0]))               # (p', l, q, m)
+    G = np.tensordot(B, G, axes=([1], [1])).swapaxes(0, 1)  # (p', l', q, m)
+    G = np.tensordot(G, A, axes=([2], [1]))               # (p', l', m, q')
+    G = np.tensordot(G, B, axes=([2], [1]))               # (p', l', q', m')
+    n = G.shape[0] * G.shape[1]
+    return G.reshape(n, n)
+
+def _abs_norm_bound(M):
+    """An upper bound on ``||abs(M)||_2``: the geometric mean of its largest column and row sums."""
+    M = np.abs(M)
+    return float(np.sqrt(M.sum(axis=0).max(initial=0.0) * M.sum(axis=1).max(initial=0.0)))
+
 class RowCounts:
     """Counts of the feature rows of positive weight, and the energy of their targets.
 
@@ -102,6 +117,11 @@ class RowCounts:
         Smallest positive row weight (inf before any row).
     dtype : numpy dtype
         The least precise floating dtype seen in the inputs.
+    map_rounding : float
+        A bound on how far the Gram matrix's eigenvalues moved in maps
+        between coordinates (:meth:`SufficientStatistics.restandardized`; 0
+        for statistics accumulated in their own coordinates): eigenvalues
+        below it count as zero.
     n_tokens : int
         Longest padded length seen.
     """
@@ -134,6 +154,7 @@ class RowCounts:
         self.min_weight = np.inf
         self.dtype = np.dtype(np.float64)
         self.n_tokens = 0
+        self.map_rounding = 0.0
 
     def __repr__(self):
         return (
@@ -324,6 +345,7 @@ class RowCounts:
             self.y_cross += other.y_cross
             self.y_sum += other.y_sum
         self.n_rows += other.n_rows
+        self.map_rounding += other.map_rounding
         self.n_samples += other.n_samples
         self.weight_sum += other.weight_sum
         self.min_weight = min(self.min_weight, other.min_weight)
@@ -544,17 +566,36 @@ class SufficientStatistics(RowCounts):
             return out
         A, B = feature_map(self.standardizer, standardizer)
         P, d = A.shape[0], self.d
-        G = self.gram.reshape(P, d, P, d)
-        G = np.tensordot(A, G, axes=([1], [0]))               # (p', l, q, m)
-        G = np.tensordot(B, G, axes=([1], [1])).swapaxes(0, 1)  # (p', l', q, m)
-        G = np.tensordot(G, A, axes=([2], [1]))               # (p', l', m, q')
-        G = np.tensordot(G, B, axes=([2], [1]))               # (p', l', q', m')
-        out._set_gram(G.reshape(P * d, P * d) * wf)
+        out._set_gram(_mapped_gram(self.gram.reshape(P, d, P, d), A, B) * wf)
+        out.map_rounding = self._map_rounding(A, B) * wf
         if self.moment is not None:
             b = self.moment.reshape(P, d, self.d_out)
             b = np.einsum("ip,jl,pla->ija", A, B, b).reshape(P * d, self.d_out)
             out.moment = (b @ target_map) * wf
         return out
+
+    def _map_rounding(self, A, B):
+        """A bound on the eigenvalue errors of the Gram matrix mapped by ``kron(A, B)``.
+
+        Each entry of ``M G M^T`` (``M = kron(A, B)``) is rounded by at most
+        about ``(P + d) eps`` times the same entry of ``|M| |G| |M|^T``, whose
+        Frobenius norm therefore bounds the eigenvalues' errors (plus the
+        earlier maps' bound, mapped).  Of the order of the tolerance when
+        the map is about a rotation; far above it where the map cancels
+        large terms (new coordinates that stretch directions the earlier
+        data hardly reached).  Maps by powers of two (diagonal) are exact.
+        """
+        diagonal = not (np.count_nonzero(A - np.diag(np.diagonal(A)))
+                        or np.count_nonzero(B - np.diag(np.diagonal(B))))
+        carried = self.map_rounding
+        if carried:
+            carried *= (_abs_norm_bound(A) * _abs_norm_bound(B)) ** 2
+        if diagonal:
+            return carried
+        P, d = A.shape[0], self.d
+        absolute = _mapped_gram(np.abs(self.gram).reshape(P, d, P, d), np.abs(A), np.abs(B))
+        eps = float(np.finfo(np.float64).eps)
+        return carried + (P + d) * eps * float(np.linalg.norm(absolute))
 
     def blocks(self, which, decays):
         """The statistics of some feature blocks, in a given order (a new object).

@@ -8,6 +8,7 @@ from .._spectrum import (
     descending_eigh,
     eigenvalue_tolerance,
     largest_eigenvalue,
+    rank_tolerance,
     smallest_eigenvalue_from_cholesky,
 )
 from ._solution import (
@@ -57,7 +58,8 @@ def solve_eigh(stats, alpha=0.0, previous=None):
     else:
         _check_statistics_finite(stats)
         w, U = descending_eigh(stats.gram, overwrite_a=True)
-    return dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh", stats.standardizer)
+    return dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh", stats.standardizer,
+                          n_rows=stats.n_rows, floor=stats.map_rounding)
 
 
 def _cholesky(G):
@@ -85,7 +87,8 @@ def solve_cholesky(stats, alpha=0.0, previous=None):
     if previous is not None and previous.method == "eigh":
         return solve_eigh(stats, alpha, previous)
     psi = stats.n_features
-    if stats.n_rows == 0:
+    if stats.n_rows < psi:
+        # Singular whatever the rounding says: fewer rows than features.
         return solve_eigh(stats, alpha)
     _check_statistics_finite(stats)
     if psi <= FULL_SPECTRUM_PSI:
@@ -98,7 +101,7 @@ def solve_cholesky(stats, alpha=0.0, previous=None):
         G = stats.expanded_gram(upper=True)
         w = None
         lam_max = largest_eigenvalue(G)
-    tol = eigenvalue_tolerance(lam_max, psi, stats.dtype)
+    tol = max(eigenvalue_tolerance(lam_max, psi, stats.dtype), stats.map_rounding)
     trace = float(np.trace(G))
     ridge = ridge_penalty(alpha, trace, psi) if stats.moment is not None else 0.0
     G_ridge = G.copy() if ridge else None
@@ -140,23 +143,26 @@ class PenaltyPath:
     As ``"cholesky"`` does: a Cholesky factor when the Gram matrix is
     positive definite with a margin (one factorization per penalty), else its
     eigen-decomposition (every penalty from it, zero eigenvalues by
-    :func:`~._spectrum.eigenvalue_tolerance`); eigh at small sizes, or for many
+    :func:`~._spectrum.rank_tolerance`); eigh at small sizes, or for many
     penalties.  ``G`` may be the Gram matrix on a basis of the row space of
     all the data; ``psi`` and ``trace`` are those of the whole training Gram
-    matrix, so that the tolerance and the penalty are the plain fit's.
+    matrix, ``n_rows`` its rows of positive weight and ``floor`` the rounding
+    of its maps between coordinates, so that the tolerance,
+    the rank and the penalty are the plain fit's.
     """
 
-    def __init__(self, G, b, *, psi, trace, dtype, n_penalties):
+    def __init__(self, G, b, *, psi, trace, dtype, n_penalties, n_rows=None, floor=0.0):
         self.b, self.psi, self.trace = b, psi, trace
         self._factor = self._spectrum = None
         m = G.shape[0]
         if m == 0:
             self._spectrum = (np.zeros(0), np.zeros((0, 0)), 0.0)
             return
-        if m > FULL_SPECTRUM_PSI and n_penalties <= CHOLESKY_SOLVES:
+        if m > FULL_SPECTRUM_PSI and n_penalties <= CHOLESKY_SOLVES and not (
+                n_rows is not None and n_rows < m):
             L = _cholesky(G.copy())
             if L is not None:
-                tol = eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype)
+                tol = max(eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype), floor)
                 # Each pivot L_ii**2 is at least lambda_min: a small one settles it.
                 if np.diagonal(L).min() ** 2 > _CHOLESKY_MARGIN * tol:
                     found = smallest_eigenvalue_from_cholesky(L)
@@ -164,7 +170,7 @@ class PenaltyPath:
                         self._factor, self._G = L, G
                         return
         w, U = descending_eigh(G)
-        self._spectrum = (w, U, eigenvalue_tolerance(w[0], psi, dtype))
+        self._spectrum = (w, U, rank_tolerance(w, psi, dtype, n_rows, floor))
 
     def coefs(self, alphas):
         """Coefficients (n_alphas, n_targets, m) of the penalties ``alphas``."""
