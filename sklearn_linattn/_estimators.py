@@ -88,8 +88,16 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         compression's search finds it); on noisy data a head whose effect
         stays within the noise allowance may be left out.  Where the risk
         has no exact form (``"cg"`` on Dask input) its upper bound is judged.
-        It never warns; ``n_heads_`` is the count chosen (the user guide on
-        compression describes the search and its measurements).
+        ``n_heads_`` is the count chosen (the user guide on compression
+        describes the search and its measurements).  A UserWarning says when
+        the heads kept are more than 0.1 (``compression_residual_``, relative)
+        from the unconstrained coefficients and were kept only because the
+        excess is within the noise allowance: the two are then different
+        functions away from the training data.  Each count tried costs a
+        compression; where the heads are fitted to the data directly (above),
+        each also costs a direct fit of k heads (``fit_heads``' restarts over
+        the rows), by far the dearest part of the search: set an integer, or
+        None, where that is too slow.
         With ``decay``, each decay's group of heads is compressed on its own:
         an integer is the most heads per decay, ``"auto"`` the fewest per
         decay, judged on the fit of all the groups together; heads are not

@@ -174,6 +174,30 @@ def test_noisy_teacher_is_not_materially_worse(factor):
     assert excess <= allowed * (1 + 1e-9), (excess, allowed)
 
 
+def test_heads_kept_only_because_of_noise_are_said():
+    """Reproducer: "auto" kept 1 head 0.57 (relative) from the fit, after positions, silently.
+
+    Here a teacher of two heads, one weak, under noise: one head is within the
+    noise allowance but 0.2 to 0.4 from the minimizer's coefficients.
+    """
+    rng = np.random.default_rng(0)
+    V, Q = rng.normal(size=(2, 1, 3)), rng.normal(size=(2, 3, 3))
+    V[1] *= 0.3
+    X = rng.normal(size=(40, 4, 3))
+    y = mhla_forward(X, V, Q).reshape(40)
+    y = y + 0.3 * np.std(y) * rng.normal(size=40)
+    with pytest.warns(UserWarning, match=r"n_heads='auto' kept 1 head whose coefficients are "
+                                         r"0\.\d+ \(relative\)") as record:
+        model = LinearAttentionRegressor(n_heads="auto", random_state=0).fit(X, y)
+    assert model.n_heads_ == 1 and model.compression_residual_ > 0.1
+    assert not any(issubclass(w.category, ConvergenceWarning) for w in record)
+    # On exact data the kept heads are the function: nothing to say.
+    X, y, _, _ = teacher(4, 2, 7, factor=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert LinearAttentionRegressor(n_heads="auto", random_state=0).fit(X, y).n_heads_ == 2
+
+
 # --------------------------------------------------------------------------
 # The search, and what the judge allows with bounds only
 # --------------------------------------------------------------------------

@@ -88,6 +88,8 @@ class CompressionJudge:
     _NOISE_FRACTION = 1e-2
     _NOISE_DOF = 6.0
     _EXACT_RELATIVE = 1e-8
+    # A relative coefficient residual above this, accepted as noise, is said.
+    _STATED_RESIDUAL = 0.1
 
     def __init__(self, coef, spectrum, counts, *, pair_weights, n_outputs=None, gram=None,
                  moment=None, accuracy=None, residual_sq=None):
@@ -184,6 +186,29 @@ class CompressionJudge:
                 "relative coefficient residual).",
                 ConvergenceWarning,
             )
+
+    def warn_if_kept_as_noise(self, excess, residual, n_heads):
+        """Warn when ``"auto"`` kept heads far from the fit only because the data are noisy.
+
+        The compression is then not material on the training data (its excess
+        risk is within the noise allowance), but its coefficients are more
+        than ``_STATED_RESIDUAL`` (relative) from the minimizer's, so the two
+        are different functions wherever the inputs leave the training data.
+        """
+        if (residual is None or not residual > self._STATED_RESIDUAL
+                or excess <= self.exact_relative**2 * self.explained):
+            return
+        ratio = excess / self.residual_risk if self.residual_risk > 0 else np.inf
+        heads = "head" if n_heads == 1 else "heads"
+        warnings.warn(
+            f"n_heads='auto' kept {n_heads} {heads} whose coefficients are {residual:.2g} "
+            f"(relative) from the unconstrained least squares: on the training data that "
+            f"costs {ratio:.3g} of its residual risk, within the {self.noise_fraction:.3g} the "
+            "data's own noise explains, so the fewer heads were kept, but the two are "
+            "different functions away from the training data. Compare them on held-out data "
+            "(n_heads=None fits the unconstrained minimizer).",
+            UserWarning,
+        )
 
 
 @dataclass
@@ -465,8 +490,11 @@ def select_heads(solution, row_space, counts, standardizer, *, n_heads, rows=Non
             residual = groups.gap(groups.groups)
         # "auto" only returns a material count when even the SVD's is (it is
         # not: the SVD heads reproduce the coefficients to rounding).
-        judge.warn_if_material(judge.excess_of(groups.coefficients(groups.groups)),
-                               groups.n_heads, None if st.decays is None else groups.sizes)
+        excess = judge.excess_of(groups.coefficients(groups.groups))
+        judge.warn_if_material(excess, groups.n_heads,
+                               None if st.decays is None else groups.sizes)
+        if auto:
+            judge.warn_if_kept_as_noise(excess, residual, groups.n_heads)
         log(f"compressed to {groups.n_heads} heads, relative coefficient residual "
             f"{residual:.2e}")
     V, Q, head_decays = groups.heads()
