@@ -175,8 +175,7 @@ def _split_coefficients(train, basis, alphas, d_out, terms, solver_name):
         b = basis.T @ b
     solver = REGISTRY[solver_name].penalty_path(
         G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
-        n_penalties=np.unique(alphas[alphas > 0]).size, n_rows=train.n_rows,
-        floor=train.map_rounding)
+        n_penalties=np.unique(alphas[alphas > 0]).size, n_rows=train.n_rows)
     n_terms = terms.n_terms
     solved = solver.coefs(alphas)
     if not n_terms:

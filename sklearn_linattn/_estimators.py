@@ -462,13 +462,14 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         wherever the data determine the answer (``certificate_`` True), and
         on rank-deficient data it is the same minimum-norm fit in the same
         coordinates, to the rounding of a map: the statistics of earlier
-        batches are mapped into the coordinates of all the data, and where
-        later batches reach directions the earlier ones hardly did, that map
-        rounds some eigenvalues of the Gram matrix away.  They then count
-        as zero, ``feature_rank_`` is lower than ``fit``'s, and a
-        :class:`~sklearn_linattn.exceptions.MappedStatisticsWarning` says so
-        (a first batch that covers every direction avoids it).  The rank is
-        never more than the number of rows seen.  Each call
+        batches are mapped into the coordinates of all the data (through the
+        factor of their non-zero eigenvalues where later batches stretch
+        directions the earlier ones hardly reached, so that the rank is
+        kept).  The rank is never more than the number of rows seen; where
+        later batches change a collinear whitening by a large factor,
+        ``feature_rank_`` can exceed ``fit``'s by eigenvalues at the rounding
+        of that map, with predictions equal to ``fit``'s to about the same
+        relative rounding.  Each call
         therefore costs one solve of the psi x psi normal equations plus, when
         ``n_heads`` is set, a head compression (with ``"auto"``, the search
         over head counts); for many small batches keep

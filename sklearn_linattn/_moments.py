@@ -34,6 +34,7 @@ from ._standardize import (
     MomentScales,
     TokenStandardizer,
     feature_map,
+    map_is_accurate,
     pair_map,
     refined_whitening,
     sequence_moments,
@@ -42,10 +43,6 @@ from ._standardize import (
 __all__ = ["FeatureRows", "ImplicitGram", "MomentPass", "RowReader", "coordinates",
            "count_rows", "scales_pass", "standardized_rows", "with_terms"]
 
-# Provisional statistics are mapped into the final coordinates when the map of
-# the tokens between the two has a condition number below this (the map of
-# the Gram matrix then rounds at a few eps); else they are accumulated again.
-_MAP_CONDITION = 1.25
 # Rows in provisional coordinates with entries beyond this would bring the
 # Gram matrix (their sixth powers) near overflow: accumulated again instead.
 _MODERATE = 2.0**120
@@ -494,9 +491,7 @@ class MomentPass:
                 part.note_sequences(int(n), self.n_tokens, self.dtype)
         if parts[0].standardizer == standardizer:
             return parts
-        D = feature_map(parts[0].standardizer, standardizer)[1]
-        sv = np.linalg.svd(D, compute_uv=False)
-        if not sv[-1] * _MAP_CONDITION >= sv[0]:
+        if not map_is_accurate(feature_map(parts[0].standardizer, standardizer)[1]):
             return None
         return [part.restandardized(standardizer) for part in parts]
 

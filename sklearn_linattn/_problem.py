@@ -34,7 +34,6 @@ every batch so far, into whose coordinates a new batch is accumulated
 """
 
 import functools
-import warnings
 
 import numpy as np
 
@@ -50,9 +49,7 @@ from ._solvers import (
     choose_solver,
     solve_statistics,
 )
-from ._source import ArraySource, user_stacklevel
-from ._spectrum import eigenvalue_tolerance
-from .exceptions import MappedStatisticsWarning
+from ._source import ArraySource
 from ._terms import LinearTerms
 
 __all__ = ["ROWS_BUDGET", "FitState", "StandardizedProblem", "data_source", "keep_rows",
@@ -314,8 +311,6 @@ class StandardizedProblem:
                     "every sequence has zero sample weight: there is nothing to fit.")
             solution = solve_statistics(self.stats, alpha, solver, previous=self._previous)
             if solution.method == "eigh" and solution.eigenvectors is not None:
-                if self._previous is None:
-                    _warn_if_mapping_lost_rank(self.stats, solution)
                 self._previous = solution
             return solution
         if self.rows.n_rows == 0:
@@ -340,25 +335,6 @@ class StandardizedProblem:
         """Drop what the solves cached (row caches; a dask array's persisted blocks)."""
         if self.rows is not None:
             self.rows.release()
-
-
-def _warn_if_mapping_lost_rank(stats, solution):
-    """Warn when eigenvalues the plain tolerance keeps are within the rounding of the maps."""
-    if not stats.map_rounding:
-        return
-    w = solution.eigenvalues
-    plain = eigenvalue_tolerance(solution.lambda_max, solution.n_features, stats.dtype)
-    lost = min(int(np.count_nonzero(w > plain)), stats.n_rows) - solution.rank
-    if lost > 0:
-        warnings.warn(
-            f"the statistics were mapped between standardized coordinates with a rounding of "
-            f"up to {stats.map_rounding / solution.lambda_max:.2g} of the largest eigenvalue: "
-            f"{lost} eigenvalue(s) above the zero tolerance are within it and count as zero "
-            f"(feature_rank_ = {solution.rank}), which a fit of all the data at once might "
-            "not need. Later data reach directions the first (the first batch of "
-            "partial_fit, the first chunk or block) hardly did; fit all the data at once, or "
-            "start with data that cover every direction of the tokens.",
-            MappedStatisticsWarning, stacklevel=user_stacklevel())
 
 
 class FitState:

@@ -123,15 +123,13 @@ def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
     return float(lambda_max) * n_features * rel
 
 
-def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None, floor=0.0):
-    """:func:`eigenvalue_tolerance` of a spectrum, at least ``floor``, at most ``n_rows`` above it.
+def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None):
+    """:func:`eigenvalue_tolerance` of a spectrum, raised so that at most ``n_rows`` exceed it.
 
     A Gram matrix of ``n_rows`` feature rows has rank at most ``n_rows``.
-    Statistics mapped between coordinates (a ``partial_fit`` whose batches
-    change the whitening, cross-validation folds gathered in the first
-    block's coordinates) carry the rounding of the map in every eigenvalue,
-    which can exceed the tolerance: eigenvalues below ``floor``, and all but
-    the largest ``n_rows``, are zero.
+    Rounding never makes more of the eigenvalues than that non-zero; where
+    it would (statistics rounded in a map between coordinates), all but
+    the largest ``n_rows`` are zero.
 
     Parameters
     ----------
@@ -144,10 +142,6 @@ def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None, floor=0.0):
     n_rows : int or None, default=None
         Number of rows of positive weight behind the Gram matrix (None: no
         bound).
-    floor : float, default=0.0
-        The rounding of the maps the Gram matrix went through
-        (``SufficientStatistics.map_rounding``): eigenvalues below it are
-        rounding too.
 
     Returns
     -------
@@ -163,7 +157,7 @@ def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None, floor=0.0):
     ...     w > rank_tolerance(w, 4, n_rows=2)))
     (3, 2)
     """
-    tol = max(eigenvalue_tolerance(w[0] if w.size else 0.0, n_features, dtype), float(floor))
+    tol = eigenvalue_tolerance(w[0] if w.size else 0.0, n_features, dtype)
     if n_rows is not None and 0 <= n_rows < w.size and w[n_rows] > tol:
         tol = float(w[n_rows])
     return tol

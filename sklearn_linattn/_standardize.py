@@ -765,6 +765,24 @@ def feature_map(old, new):
     return A, D.T
 
 
+# The map of the tokens between two coordinates with a condition number up to
+# this maps a Gram matrix at a few eps.
+MAP_CONDITION = 1.25
+
+
+def map_is_accurate(D):
+    """Whether the token map ``D`` (:func:`feature_map`'s ``B``) maps a Gram matrix at a few eps.
+
+    Its condition number is at most ``MAP_CONDITION``: then no cancellation
+    in the map of the features (cubic in D) rounds more than a few eps of
+    the largest eigenvalue into any other.  Provisional statistics are mapped
+    into the final coordinates only then; else they are accumulated again,
+    or mapped through a factor (:meth:`SufficientStatistics.restandardized`).
+    """
+    sv = np.linalg.svd(D, compute_uv=False)
+    return bool(sv[-1] * MAP_CONDITION >= sv[0])
+
+
 def _symmetric_frame(W, e):
     """``W Q`` with Q orthogonal such that ``diag(2**-e) W Q`` is symmetric.
 

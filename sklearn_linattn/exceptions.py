@@ -4,7 +4,7 @@ Like :mod:`sklearn.exceptions`: the classes live in one public module so that
 ``warnings.filterwarnings`` can name them.
 """
 
-__all__ = ["LayoutWarning", "MappedStatisticsWarning"]
+__all__ = ["LayoutWarning"]
 
 
 class LayoutWarning(UserWarning):
@@ -44,40 +44,4 @@ class LayoutWarning(UserWarning):
     ...     warnings.filterwarnings("ignore", category=LayoutWarning)
     ...     bool(certify_identifiability(X))
     False
-    """
-
-
-class MappedStatisticsWarning(UserWarning):
-    """Sufficient statistics lost eigenvalues to the rounding of a map between coordinates.
-
-    Statistics accumulated in one standardized coordinate system (those of
-    the first batch of ``partial_fit``, or of the first chunk or block of a
-    large fit) are mapped into the coordinates of all the data.  When the
-    later data reach directions the first data hardly did, the map cancels
-    large terms and its rounding can exceed eigenvalues of the Gram matrix
-    that a fit of all the data at once tells apart from zero.  The package
-    bounds that rounding (``map_rounding``), counts the eigenvalues below it
-    as zero, and issues this warning when that lowered the rank:
-    ``feature_rank_`` is then lower than ``fit`` on all the data would give,
-    and the model is the minimum-norm fit of the part the mapped statistics
-    still determine.  ``fit`` on all the data at once, or a first batch that
-    covers every direction of the tokens, avoids it.
-
-    Examples
-    --------
-    >>> import warnings
-    >>> import numpy as np
-    >>> from sklearn_linattn import LinearAttentionRegressor
-    >>> from sklearn_linattn.exceptions import MappedStatisticsWarning
-    >>> rng = np.random.default_rng(47)
-    >>> scales = 10.0 ** rng.uniform(-3, 3, size=3)
-    >>> X, y = rng.normal(size=(3, 1, 3)) * scales, rng.normal(size=3)
-    >>> model = LinearAttentionRegressor().partial_fit(X[:1], y[:1])
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     model = model.partial_fit(X[1:], y[1:])
-    >>> [w.category.__name__ for w in caught]
-    ['MappedStatisticsWarning']
-    >>> LinearAttentionRegressor().fit(X, y).feature_rank_ > model.feature_rank_
-    True
     """

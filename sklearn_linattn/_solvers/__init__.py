@@ -119,7 +119,7 @@ class Solver:
         tree), ``"matrix-free"`` (each product with G a map-reduce over the
         persisted blocks) or None (not at all).
     penalty_path : object or None
-        ``penalty_path(G, b, psi=, trace=, dtype=, n_penalties=, n_rows=, floor=)``: the
+        ``penalty_path(G, b, psi=, trace=, dtype=, n_penalties=, n_rows=)``: the
         solutions of many penalties from one factorization of the same Gram
         matrix (:class:`~.normal.PenaltyPath`; the cross-validation's solves),
         by the solver's own rule of zero eigenvalues.

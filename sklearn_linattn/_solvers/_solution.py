@@ -186,15 +186,14 @@ def coef_from_gram(G, moment, ridge):
         return ((U[:, keep] / w[keep]) @ (U[:, keep].T @ b)).T
 
 
-def dense_solution(w, U, moment, alpha, dtype, method, standardizer, n_rows=None, floor=0.0):
+def dense_solution(w, U, moment, alpha, dtype, method, standardizer, n_rows=None):
     """SpectralSolution from eigenvalues w (length psi, decreasing) and eigenvectors U.
 
     ``n_rows``: the rows of positive weight behind them, which bound the
-    rank; ``floor``: the rounding of the maps their Gram matrix went
-    through (:func:`~.._spectrum.rank_tolerance`).
+    rank (:func:`~.._spectrum.rank_tolerance`).
     """
     psi = w.shape[0]
-    tol = rank_tolerance(w, psi, dtype, n_rows, floor)
+    tol = rank_tolerance(w, psi, dtype, n_rows)
     ridge = ridge_penalty(alpha, w.sum(), psi)
     return SpectralSolution(
         coef=coef_from_spectrum(w, U, moment, ridge, tol),

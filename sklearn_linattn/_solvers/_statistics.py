@@ -7,7 +7,8 @@ import numpy as np
 from .._features import features_rmatvec, pair_index_matrix, pair_indices
 from .._memory import sample_chunks, n_pairs, zero_padding
 from .._moments import MomentPass
-from .._standardize import TokenStandardizer, feature_map
+from .._spectrum import descending_eigh, rank_tolerance
+from .._standardize import TokenStandardizer, feature_map, map_is_accurate
 from .._validation import check_lengths_array, check_readout
 
 __all__ = ["RowCounts", "SufficientStatistics"]
@@ -68,10 +69,6 @@ def _mapped_gram(G, A, B):
     n = G.shape[0] * G.shape[1]
     return G.reshape(n, n)
 
-def _abs_norm_bound(M):
-    """An upper bound on ``||abs(M)||_2``: the geometric mean of its largest column and row sums."""
-    M = np.abs(M)
-    return float(np.sqrt(M.sum(axis=0).max(initial=0.0) * M.sum(axis=1).max(initial=0.0)))
 
 class RowCounts:
     """Counts of the feature rows of positive weight, and the energy of their targets.
@@ -117,11 +114,6 @@ class RowCounts:
         Smallest positive row weight (inf before any row).
     dtype : numpy dtype
         The least precise floating dtype seen in the inputs.
-    map_rounding : float
-        A bound on how far the Gram matrix's eigenvalues moved in maps
-        between coordinates (:meth:`SufficientStatistics.restandardized`; 0
-        for statistics accumulated in their own coordinates): eigenvalues
-        below it count as zero.
     n_tokens : int
         Longest padded length seen.
     """
@@ -154,7 +146,6 @@ class RowCounts:
         self.min_weight = np.inf
         self.dtype = np.dtype(np.float64)
         self.n_tokens = 0
-        self.map_rounding = 0.0
 
     def __repr__(self):
         return (
@@ -345,7 +336,6 @@ class RowCounts:
             self.y_cross += other.y_cross
             self.y_sum += other.y_sum
         self.n_rows += other.n_rows
-        self.map_rounding += other.map_rounding
         self.n_samples += other.n_samples
         self.weight_sum += other.weight_sum
         self.min_weight = min(self.min_weight, other.min_weight)
@@ -549,7 +539,14 @@ class SufficientStatistics(RowCounts):
         The feature rows of the two coordinates differ by a Kronecker map
         (:func:`~.._standardize.feature_map`) and the weights and targets by
         powers of two, so the Gram matrix and the moment are transformed
-        exactly (to rounding) instead of being accumulated again.
+        exactly (to rounding) instead of being accumulated again.  Where the
+        map of the tokens is far from a rotation times a scale
+        (:func:`~.._standardize.map_is_accurate`: new coordinates that
+        stretch directions the data hardly reach, as a ``partial_fit`` whose
+        later batches change a collinear whitening), the map's cancellations
+        would round the Gram matrix's zero eigenvalues up into spurious rank;
+        its non-zero eigenpairs are mapped instead (one eigen-decomposition),
+        so the mapped statistics have the same rank.
 
         Parameters
         ----------
@@ -566,36 +563,25 @@ class SufficientStatistics(RowCounts):
             return out
         A, B = feature_map(self.standardizer, standardizer)
         P, d = A.shape[0], self.d
-        out._set_gram(_mapped_gram(self.gram.reshape(P, d, P, d), A, B) * wf)
-        out.map_rounding = self._map_rounding(A, B) * wf
+        if map_is_accurate(B):
+            out._set_gram(_mapped_gram(self.gram.reshape(P, d, P, d), A, B) * wf)
+        else:
+            # Mapping G itself would round its zero eigenvalues up by the map's
+            # cancellations; its factor keeps them zero (the rank is kept).
+            F = self._gram_factor().reshape(P, d, -1)
+            F = np.einsum("ip,jl,plr->ijr", A, B, F).reshape(P * d, -1)
+            out._set_gram((F @ F.T) * wf)
         if self.moment is not None:
             b = self.moment.reshape(P, d, self.d_out)
             b = np.einsum("ip,jl,pla->ija", A, B, b).reshape(P * d, self.d_out)
             out.moment = (b @ target_map) * wf
         return out
 
-    def _map_rounding(self, A, B):
-        """A bound on the eigenvalue errors of the Gram matrix mapped by ``kron(A, B)``.
-
-        Each entry of ``M G M^T`` (``M = kron(A, B)``) is rounded by at most
-        about ``(P + d) eps`` times the same entry of ``|M| |G| |M|^T``, whose
-        Frobenius norm therefore bounds the eigenvalues' errors (plus the
-        earlier maps' bound, mapped).  Of the order of the tolerance when
-        the map is about a rotation; far above it where the map cancels
-        large terms (new coordinates that stretch directions the earlier
-        data hardly reached).  Maps by powers of two (diagonal) are exact.
-        """
-        diagonal = not (np.count_nonzero(A - np.diag(np.diagonal(A)))
-                        or np.count_nonzero(B - np.diag(np.diagonal(B))))
-        carried = self.map_rounding
-        if carried:
-            carried *= (_abs_norm_bound(A) * _abs_norm_bound(B)) ** 2
-        if diagonal:
-            return carried
-        P, d = A.shape[0], self.d
-        absolute = _mapped_gram(np.abs(self.gram).reshape(P, d, P, d), np.abs(A), np.abs(B))
-        eps = float(np.finfo(np.float64).eps)
-        return carried + (P + d) * eps * float(np.linalg.norm(absolute))
+    def _gram_factor(self):
+        """``F`` (psi, r) with ``G = F F^T`` to the zero tolerance: its non-zero eigenpairs."""
+        w, U = descending_eigh(self.gram, overwrite_a=True)
+        r = int(np.count_nonzero(w > rank_tolerance(w, w.size, self.dtype, self.n_rows)))
+        return U[:, :r] * np.sqrt(w[:r])
 
     def blocks(self, which, decays):
         """The statistics of some feature blocks, in a given order (a new object).

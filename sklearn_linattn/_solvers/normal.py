@@ -59,7 +59,7 @@ def solve_eigh(stats, alpha=0.0, previous=None):
         _check_statistics_finite(stats)
         w, U = descending_eigh(stats.gram, overwrite_a=True)
     return dense_solution(w, U, stats.moment, alpha, stats.dtype, "eigh", stats.standardizer,
-                          n_rows=stats.n_rows, floor=stats.map_rounding)
+                          n_rows=stats.n_rows)
 
 
 def _cholesky(G):
@@ -101,7 +101,7 @@ def solve_cholesky(stats, alpha=0.0, previous=None):
         G = stats.expanded_gram(upper=True)
         w = None
         lam_max = largest_eigenvalue(G)
-    tol = max(eigenvalue_tolerance(lam_max, psi, stats.dtype), stats.map_rounding)
+    tol = eigenvalue_tolerance(lam_max, psi, stats.dtype)
     trace = float(np.trace(G))
     ridge = ridge_penalty(alpha, trace, psi) if stats.moment is not None else 0.0
     G_ridge = G.copy() if ridge else None
@@ -146,12 +146,11 @@ class PenaltyPath:
     :func:`~._spectrum.rank_tolerance`); eigh at small sizes, or for many
     penalties.  ``G`` may be the Gram matrix on a basis of the row space of
     all the data; ``psi`` and ``trace`` are those of the whole training Gram
-    matrix, ``n_rows`` its rows of positive weight and ``floor`` the rounding
-    of its maps between coordinates, so that the tolerance,
+    matrix and ``n_rows`` its rows of positive weight, so that the tolerance,
     the rank and the penalty are the plain fit's.
     """
 
-    def __init__(self, G, b, *, psi, trace, dtype, n_penalties, n_rows=None, floor=0.0):
+    def __init__(self, G, b, *, psi, trace, dtype, n_penalties, n_rows=None):
         self.b, self.psi, self.trace = b, psi, trace
         self._factor = self._spectrum = None
         m = G.shape[0]
@@ -162,7 +161,7 @@ class PenaltyPath:
                 n_rows is not None and n_rows < m):
             L = _cholesky(G.copy())
             if L is not None:
-                tol = max(eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype), floor)
+                tol = eigenvalue_tolerance(largest_eigenvalue(G), psi, dtype)
                 # Each pivot L_ii**2 is at least lambda_min: a small one settles it.
                 if np.diagonal(L).min() ** 2 > _CHOLESKY_MARGIN * tol:
                     found = smallest_eigenvalue_from_cholesky(L)
@@ -170,7 +169,7 @@ class PenaltyPath:
                         self._factor, self._G = L, G
                         return
         w, U = descending_eigh(G)
-        self._spectrum = (w, U, rank_tolerance(w, psi, dtype, n_rows, floor))
+        self._spectrum = (w, U, rank_tolerance(w, psi, dtype, n_rows))
 
     def coefs(self, alphas):
         """Coefficients (n_alphas, n_targets, m) of the penalties ``alphas``."""
