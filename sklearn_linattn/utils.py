@@ -9,7 +9,7 @@ this package fails on purpose, each with its reason, in the form
 from ._adam import AdamLinearAttentionRegressor
 from ._estimators import LinearAttentionRegressor
 from ._transformer import LinearAttentionFeatures
-from .preprocessing import PositionalEncoding
+from .preprocessing import Patches, PositionalEncoding
 
 __all__ = ["expected_failed_checks"]
 
@@ -46,7 +46,7 @@ _PARTIAL_FIT = {
     ),
 }
 _ESTIMATORS = (LinearAttentionRegressor, LinearAttentionFeatures, AdamLinearAttentionRegressor,
-               PositionalEncoding)
+               PositionalEncoding, Patches)
 
 
 def expected_failed_checks(estimator):
@@ -59,14 +59,15 @@ def expected_failed_checks(estimator):
     columns is valid input (sequences of another length).  The dictionary
     holds exactly the checks that fail for that reason, for this
     estimator's kind (transformer checks for the transformers,
-    :class:`~sklearn_linattn.LinearAttentionFeatures` and
-    :class:`~sklearn_linattn.preprocessing.PositionalEncoding`, the
+    :class:`~sklearn_linattn.LinearAttentionFeatures`,
+    :class:`~sklearn_linattn.preprocessing.PositionalEncoding` and
+    :class:`~sklearn_linattn.preprocessing.Patches`, the
     ``partial_fit`` check for estimators that have it).
 
     Parameters
     ----------
     estimator : LinearAttentionRegressor, LinearAttentionFeatures, \
-AdamLinearAttentionRegressor or PositionalEncoding
+AdamLinearAttentionRegressor, PositionalEncoding or Patches
         An instance (subclasses included), with any parameters.
 
     Returns

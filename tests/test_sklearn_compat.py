@@ -11,12 +11,14 @@ from sklearn_linattn import (
     LinearAttentionRegressor,
     LinearAttentionRegressorCV,
 )
-from sklearn_linattn.preprocessing import PositionalEncoding
+from sklearn_linattn.preprocessing import Patches, PositionalEncoding
 from sklearn_linattn.utils import expected_failed_checks
 
 
 # The package's own list of expected failures, with their reasons: the one
-# users pass to check_estimator.
+# users pass to check_estimator.  The checks' 2-D X are short series (one
+# time point per column, down to one), so the Patches checked keep every
+# series: patch_size=1, or incomplete="zeros".
 @parametrize_with_checks(
     [
         LinearAttentionRegressor(),
@@ -28,6 +30,9 @@ from sklearn_linattn.utils import expected_failed_checks
         AdamLinearAttentionRegressor(max_epochs=3),
         PositionalEncoding(),
         PositionalEncoding("sinusoidal", origin="end"),
+        Patches(1),
+        Patches(2, incomplete="zeros"),
+        Patches(3, stride=1, align="start", incomplete="zeros"),
     ],
     expected_failed_checks=expected_failed_checks,
 )
@@ -39,7 +44,8 @@ def test_sklearn_compatible(estimator, check):
     "estimator",
     # (Adam's default 100 epochs fail the same checks, in several seconds.)
     [LinearAttentionRegressor(), LinearAttentionRegressorCV(), LinearAttentionFeatures(),
-     AdamLinearAttentionRegressor(max_epochs=3), PositionalEncoding()],
+     AdamLinearAttentionRegressor(max_epochs=3), PositionalEncoding(),
+     Patches(2, incomplete="zeros")],
     ids=lambda est: type(est).__name__,
 )
 def test_check_estimator_passes_with_the_expected_failures_of_the_package(estimator):
