@@ -105,7 +105,7 @@ print(f"alpha chosen: {decayed.alpha_:g} (decay 0.5)")
 # by least squares, psi = 1800 coefficients per pixel. The position channels sum to 1, so an
 # intercept and a skip term would add nothing: the features already contain both.
 #
-# The cross-validated search scores 8 penalties on 5 splits from per-fold statistics; we time it
+# The cross-validated search scores 10 penalties on 5 splits from per-fold statistics; we time it
 # against one plain fit at the chosen penalty.
 recipe = make_pipeline(PositionalEncoding(), LinearAttentionRegressorCV(readout="all"))
 start = time.process_time()

@@ -28,8 +28,16 @@ them (:meth:`~._solvers.SufficientStatistics.blocks`), scored for every alpha
 by the same :func:`cross_validated_scores`.  A candidate that changes the
 tokens themselves (positions) needs a pass of its own: a search over a
 Pipeline's encoder (``GridSearchCV``) gives it.
+
+Candidate linear terms (``fit_intercept="auto"``, ``fit_skip="auto"``) share
+the splits' solves as well: the term columns are extra targets of the same
+normal equations, so a split solves once for the columns of every term and
+each candidate eliminates its own columns from those solves
+(:func:`cross_validated_scores` with ``terms``).
 """
 
+
+import warnings
 
 import numpy as np
 from scipy.stats import rankdata
@@ -44,13 +52,14 @@ from ._memory import n_pairs, resolve_budget
 from ._params import FitParams, check_decays
 from ._problem import StandardizedProblem, keep_rows
 from ._solvers import REGISTRY, SOLVERS, STATISTICS_SOLVERS, choose_solver
-from ._source import ArraySource
+from ._source import ArraySource, user_stacklevel
 from ._terms import LinearTerms, eliminate
+from .exceptions import GridEdgeWarning
 
 __all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scores",
            "split_groups"]
 
-DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
@@ -164,8 +173,8 @@ def _summed(stats, which):
     return total
 
 
-def _split_coefficients(train, basis, alphas, d_out, terms, solver_name):
-    """Attention coefficients (n_alphas, d_out, m) and term coefficients of one training part."""
+def _split_solves(train, basis, alphas, solver_name):
+    """The penalized solves (n_alphas, n_targets, m) of one training part, every target column."""
     G = train.gram
     trace = float(np.trace(G))
     b = train.moment
@@ -176,30 +185,39 @@ def _split_coefficients(train, basis, alphas, d_out, terms, solver_name):
     solver = REGISTRY[solver_name].penalty_path(
         G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
         n_penalties=np.unique(alphas[alphas > 0]).size, n_rows=train.n_rows)
-    n_terms = terms.n_terms
-    solved = solver.coefs(alphas)
+    return solver.coefs(alphas), b
+
+
+def _split_coefficients(solved, b, y_cross, cols, d_out, n_terms):
+    """Attention and term coefficients of one candidate's columns ``cols`` of the solves.
+
+    The solve of every target column serves every candidate set of terms:
+    a candidate's are its columns, its terms eliminated from them alone.
+    """
+    solved = solved[:, cols]
     if not n_terms:
-        return solved, np.zeros((alphas.size, 0, d_out))
-    coefs = np.empty((alphas.size, d_out, G.shape[0]))
-    betas = np.empty((alphas.size, n_terms, d_out))
+        return solved, np.zeros((solved.shape[0], 0, d_out))
+    b, y_cross = b[:, cols], y_cross[np.ix_(cols, cols)]
+    coefs = np.empty((solved.shape[0], d_out, solved.shape[2]))
+    betas = np.empty((solved.shape[0], n_terms, d_out))
     for i, coef in enumerate(solved):
         cross = b.T @ coef.T  # [Y, E]^T W Phi coef^T
-        betas[i], coefs[i] = eliminate(coef, train.y_cross, cross, d_out)
+        betas[i], coefs[i] = eliminate(coef, y_cross, cross, d_out)
     return coefs, betas
 
 
-def _held_out_errors(test, coefs, betas, basis, d_out):
+def _held_out_errors(test, coefs, betas, basis, cols):
     """Weighted sums of squared held-out errors (n_alphas, d_out), standardized units."""
-    n_alphas, _, m = coefs.shape
+    n_alphas, d_out, m = coefs.shape
     C = coefs.reshape(-1, m).T  # (m, n_alphas * d_out)
     if basis is not None:
         C = basis @ C
     quadratic = np.einsum("pk,pk->k", C, test.gram @ C).reshape(n_alphas, d_out)
-    linear = (test.moment.T @ C).reshape(-1, n_alphas, d_out).transpose(1, 0, 2)
+    linear = (test.moment[:, cols].T @ C).reshape(-1, n_alphas, d_out).transpose(1, 0, 2)
     # The targets less the terms: [Y, E] B with B = [I; -beta].
     B = np.concatenate([np.broadcast_to(np.eye(d_out), (n_alphas, d_out, d_out)), -betas],
                        axis=1)
-    constant = np.einsum("ita,ts,isa->ia", B, test.y_cross, B)
+    constant = np.einsum("ita,ts,isa->ia", B, test.y_cross[np.ix_(cols, cols)], B)
     cross = np.einsum("ita,ita->ia", B, linear)
     return np.maximum(constant - 2.0 * cross + quadratic, 0.0)
 
@@ -226,7 +244,8 @@ def _split_scores(sse, test, scoring, y_exponents):
     return -mse.mean(axis=1)
 
 
-def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh"):
+def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh",
+                           terms=None):
     """Score every alpha on every split of a problem accumulated with groups.
 
     Parameters
@@ -246,14 +265,21 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
         The solver of the problem's own fit (its decomposition of all the
         data gives the row space the splits are solved on, and serves the
         refit).
+    terms : list of LinearTerms or None, default=None
+        Candidate linear terms, each among the problem's own (None: the
+        problem's own only).  Each split's solves serve every candidate: the
+        candidates differ only in which term columns are eliminated.
 
     Returns
     -------
-    scores : ndarray of shape (n_alphas, n_splits)
-        Greater is better.
+    scores : ndarray of shape (n_candidates * n_alphas, n_splits)
+        Greater is better; candidate-major (every alpha of the first
+        candidate, then of the next).
     """
     stats = problem.group_stats
-    d_out, terms = problem.d_out, problem.terms
+    d_out = problem.d_out
+    candidates = [problem.terms] if terms is None else list(terms)
+    columns = [t.target_columns(d_out, problem.terms) for t in candidates]
     whole = problem.solve(solver, 0.0)
     basis = None
     if whole.eigenvectors is not None and whole.rank < whole.n_features:
@@ -261,7 +287,7 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
     st = problem.standardizer
     y_exponents = (np.zeros(d_out, dtype=np.int64) if st.y_exponents is None
                    else st.y_exponents)
-    scores = np.empty((alphas.size, len(parts)))
+    scores = np.empty((len(candidates), alphas.size, len(parts)))
     for k, (train_groups, test_groups) in enumerate(parts):
         train, test = _summed(stats, train_groups), _summed(stats, test_groups)
         if train.n_rows == 0 or test.n_rows == 0:
@@ -269,10 +295,12 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
             raise ValueError(
                 f"the {side} part of split {k} holds no sequence of positive sample weight: "
                 "there is nothing to fit or to score.")
-        coefs, betas = _split_coefficients(train, basis, alphas, d_out, terms, solver)
-        sse = _held_out_errors(test, coefs, betas, basis, d_out)
-        scores[:, k] = _split_scores(sse, test, scoring, y_exponents)
-    return scores
+        solved, b = _split_solves(train, basis, alphas, solver)
+        for j, (t, cols) in enumerate(zip(candidates, columns)):
+            coefs, betas = _split_coefficients(solved, b, train.y_cross, cols, d_out, t.n_terms)
+            sse = _held_out_errors(test, coefs, betas, basis, cols)
+            scores[j, :, k] = _split_scores(sse, test, scoring, y_exponents)
+    return scores.reshape(-1, len(parts))
 
 
 def _checked_alphas(alphas):
@@ -311,6 +339,38 @@ def _checked_decays(decays):
     return candidates
 
 
+def _checked_term_options(value, name):
+    """The candidate values of a term flag: (False,), (True,) or, for "auto", (False, True)."""
+    if isinstance(value, str) and value == "auto":
+        return (False, True)
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True, False or 'auto'; got {value!r}.")
+    return (bool(value),)
+
+
+def _term_candidates(d, intercept, skip):
+    """Every candidate set of linear terms (the fewest first) and their union."""
+    candidates = [LinearTerms(d, intercept=i, skip=k) for i in intercept for k in skip]
+    return candidates, LinearTerms(d, intercept=max(intercept), skip=max(skip))
+
+
+def _warn_if_at_the_edge(alphas, alpha):
+    """A GridEdgeWarning when the chosen alpha is the largest, or the smallest above 0 without 0."""
+    positive = alphas[alphas > 0]
+    if np.unique(alphas).size < 2 or positive.size == 0:
+        return
+    if alpha == positive.max():
+        side, advice = "largest", "larger"
+    elif alpha == positive.min() and not np.any(alphas == 0):
+        side, advice = "smallest", "smaller (or 0)"
+    else:
+        return
+    warnings.warn(
+        f"alpha_ = {alpha:g} is the {side} of the alphas searched: a {advice} penalty may "
+        f"score better. Extend alphas beyond {alpha:g} (unit-free: the same grid means the "
+        "same on any data).", GridEdgeWarning, stacklevel=user_stacklevel())
+
+
 def _union_of(candidates):
     """The decays of every candidate's blocks, in order of first appearance (None: plain only)."""
     if all(c is None for c in candidates):
@@ -344,11 +404,13 @@ class LinearAttentionRegressorCV(LinearAttentionRegressor):
     Parameters
     ----------
     alphas : array-like of shape (n_alphas,) or float, \
-default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         Candidate unit-free penalties (the ``alpha`` of
         :class:`LinearAttentionRegressor`), non-negative; 0 (the exact
         least squares, of minimum norm when the data do not determine it) is
-        allowed.
+        allowed.  A choice at the grid's edge (the largest alpha, or the
+        smallest above 0 when 0 is not among them) issues a
+        :class:`~sklearn_linattn.exceptions.GridEdgeWarning`.
     cv : int, cross-validation splitter or iterable, default=5
         How the *sequences* are split (folds never divide a sequence's
         positions): an int k is k-fold over the sequences in their order
@@ -362,12 +424,19 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     readout : {"last", "all"}, default="last"
         As in :class:`LinearAttentionRegressor`; with ``"all"`` every real
         position of a held-out sequence is a scored sample.
-    fit_intercept : bool, default=False
+    fit_intercept : bool or "auto", default=False
         A constant term, unpenalized, as in :class:`LinearAttentionRegressor`;
-        each split's fit includes it.
-    fit_skip : bool, default=False
+        each split's fit includes it.  ``"auto"``: every alpha is scored
+        with and without it on the same splits, and the better is kept
+        (``fit_intercept_``), so that the term never makes the chosen model
+        score worse than the search without it.
+    fit_skip : bool or "auto", default=False
         A linear term in the row's token, unpenalized, as in
         :class:`LinearAttentionRegressor`; each split's fit includes it.
+        ``"auto"``: chosen with and without as ``fit_intercept``
+        (``fit_skip_``).  Unpenalized, the term can make a search prefer a
+        large penalty that removes the attention's share of the fit: on data
+        where attention alone predicts better, ``"auto"`` keeps that.
     n_heads : int, "auto" or None, default=None
         Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
         the scores are those of the unconstrained least squares.
@@ -413,18 +482,24 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
     alpha_ : float
         The chosen penalty: the best mean test score, the first of equal
         ones in the order of ``alphas`` (as ``RidgeCV``), candidate decays
-        first.
+        first, then the sets of terms (fewer terms first).
     decay_ : None, tuple of float
         The chosen candidate of ``decays`` (as :class:`LinearAttentionRegressor` reads ``decay``:
         None or a tuple), the model's decays (``head_decays_``).
+    fit_intercept_, fit_skip_ : bool
+        The chosen terms: the parameter itself, or with ``"auto"`` the
+        better of with and without.
     best_score_ : float
         Its mean test score.
     best_index_ : int
         Its index in ``cv_results_``: candidate decays in the order of
-        ``decays``, for each every alpha in the order of ``alphas``.
+        ``decays``, for each the sets of terms (without before with, the
+        intercept's choice outermost), for each every alpha in the order of
+        ``alphas``.
     cv_results_ : dict of ndarray
         As in :class:`~sklearn.model_selection.GridSearchCV`: ``"param_alpha"``,
         (with more candidates than ``decays=(None,)``) ``"param_decay"``,
+        (with ``"auto"``) ``"param_fit_intercept"`` and ``"param_fit_skip"``,
         ``"params"``, ``"split{k}_test_score"``, ``"mean_test_score"``,
         ``"std_test_score"`` and ``"rank_test_score"``.
     n_splits_ : int
@@ -461,6 +536,12 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
     penalty, and on a rank-deficient design its minimum-norm choice, may then
     differ slightly from the split's here (the predictions of an identified
     unpenalized fit do not depend on the coordinates).
+
+    **Terms.**  With ``fit_intercept="auto"`` or ``fit_skip="auto"`` the
+    term columns are extra targets of each split's normal equations, solved
+    once; each candidate set of terms is then eliminated from its own
+    columns of those solves, so the candidates are scored on the same
+    splits at little more than the cost of one.
 
     **Cost.**  One pass over the data, as a plain fit (the statistics of the
     k folds instead of one set), then per split one Cholesky factorization
@@ -523,9 +604,11 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
     partial_fit = available_if(_no_partial_fit)(LinearAttentionRegressor.partial_fit)
 
     def _check_params(self):
-        """The search's own parameters, then the fit's (without alpha and decay)."""
+        """The search's own parameters, then the fit's (without alpha, decay and the terms)."""
         _checked_alphas(self.alphas)
         _checked_decays(self.decays)
+        _checked_term_options(self.fit_intercept, "fit_intercept")
+        _checked_term_options(self.fit_skip, "fit_skip")
         if not (self.scoring is None or (isinstance(self.scoring, str)
                                          and self.scoring in SCORINGS)):
             raise ValueError(
@@ -542,7 +625,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 f"every alpha from the psi x psi statistics of each fold; got "
                 f"solver={self.solver!r}. For data whose statistics do not fit in memory, "
                 "search alpha with LinearAttentionRegressor(solver='cg') in GridSearchCV.")
-        return FitParams.checked(self, solvers=SOLVERS, alpha=False, decay=False)
+        return FitParams.checked(self, solvers=SOLVERS, alpha=False, decay=False, terms=False)
 
     def _fit_alpha(self):
         return self.alpha_
@@ -590,7 +673,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         >>> groups = np.repeat(np.arange(12), 10)  # e.g. 12 recordings of 10 sequences
         >>> model = LinearAttentionRegressorCV(cv=GroupKFold(4)).fit(X, y, groups=groups)
         >>> model.n_splits_, len(model.cv_results_["mean_test_score"])
-        (4, 8)
+        (4, 10)
         """
         params = self._check_params()
         self._state = None
@@ -617,7 +700,9 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                                      source.n_samples)
         solver = choose_solver(params.solver, n_rows, psi, statistics=True)
         self._check_memory(psi, d, n_blocks, int(labels.max()) + 1)
-        terms = LinearTerms(d, intercept=params.intercept, skip=params.skip)
+        term_options, terms = _term_candidates(
+            d, _checked_term_options(self.fit_intercept, "fit_intercept"),
+            _checked_term_options(self.fit_skip, "fit_skip"))
         # Heads fitted to the rows directly need the rows (a compression without terms).
         direct = params.n_heads is not None and not terms.n_terms and union is None
         problem = StandardizedProblem.from_source(
@@ -630,17 +715,23 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
             problems = [problem]
         else:
             problems = [_candidate_problem(problem, union, c) for c in candidates]
+        searched = [(c, t) for c in candidates for t in term_options]
         scores = np.concatenate([
-            cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=solver)
+            cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=solver,
+                                   terms=term_options)
             for p in problems])
-        for p in problems:
-            p.group_stats = None
-        problem.group_stats = None
-        chosen = self._set_results(alphas, candidates, scores)
+        chosen = self._set_results(alphas, searched, scores)
         self._decays_in_use = self.decay_
-        params.log(f"{alphas.size} alphas and {len(candidates)} decays scored on "
-                  f"{len(parts)} splits, alpha_ = {self.alpha_:g}, decay_ = {self.decay_}")
-        return self._fit_problem(problems[chosen], params, solver, source.single_output)
+        decay_problem = problems[chosen // len(term_options)]
+        refit = decay_problem.with_terms(searched[chosen][1])
+        for p in problems + [problem, refit]:
+            p.group_stats = None
+        params.log(f"{alphas.size} alphas, {len(candidates)} decays and {len(term_options)} "
+                   f"sets of terms scored on {len(parts)} splits, alpha_ = {self.alpha_:g}, "
+                   f"decay_ = {self.decay_}, fit_intercept_ = {self.fit_intercept_}, "
+                   f"fit_skip_ = {self.fit_skip_}")
+        _warn_if_at_the_edge(alphas, self.alpha_)
+        return self._fit_problem(refit, params, solver, source.single_output)
 
     def _check_memory(self, psi, d, n_blocks, n_groups):
         """Refuse, before the pass, statistics of every group larger than the memory budget."""
@@ -657,35 +748,41 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 f"{budget / 2**30:.3g} GiB. Use fewer splits (cv), or search alpha with "
                 "LinearAttentionRegressor(solver='cg') in GridSearchCV.")
 
-    def _set_results(self, alphas, candidates, scores):
-        """``cv_results_``, the best alpha and decay (the first of equal best scores).
+    def _set_results(self, alphas, searched, scores):
+        """``cv_results_``, the best alpha, decay and terms (the first of equal best scores).
 
-        ``scores`` has one row per pair (candidate, alpha), candidate-major.
-        Returns the index of the chosen candidate.
+        ``searched`` lists the pairs (candidate decay, LinearTerms) in the
+        order of the rows of ``scores``, each pair with one row per alpha.
+        Returns the index of the chosen pair.
         """
         means, stds = scores.mean(axis=1), scores.std(axis=1)
         valid = ~np.isnan(means)
         ranks = np.full(means.size, np.iinfo(np.int32).max, dtype=np.int32)
         ranks[valid] = rankdata(-means[valid], method="min")
         best = int(np.argmax(np.where(valid, means, -np.inf)))
-        grid_alphas = np.tile(alphas, len(candidates))
-        grid_decays = [c for c in candidates for _ in alphas]
-        results = {"param_alpha": np.ma.MaskedArray(grid_alphas, mask=False)}
-        searched = candidates != [None]
-        if searched:
-            decays = np.empty(len(grid_decays), dtype=object)
-            decays[:] = grid_decays
-            results["param_decay"] = np.ma.MaskedArray(decays, mask=False)
-        results["params"] = [
-            {"alpha": float(a), **({"decay": g} if searched else {})}
-            for g, a in zip(grid_decays, grid_alphas)]
+        grid = [(a, c, t) for c, t in searched for a in alphas]
+        columns = {"alpha": [float(a) for a, _, _ in grid]}
+        if len({c for c, _ in searched}) > 1 or searched[0][0] is not None:
+            columns["decay"] = [c for _, c, _ in grid]
+        if len({t.intercept for _, t in searched}) > 1:
+            columns["fit_intercept"] = [t.intercept for _, _, t in grid]
+        if len({t.skip for _, t in searched}) > 1:
+            columns["fit_skip"] = [t.skip for _, _, t in grid]
+        results = {}
+        for name, values in columns.items():
+            column = np.empty(len(values), dtype=np.float64 if name == "alpha" else object)
+            column[:] = values
+            results[f"param_{name}"] = np.ma.MaskedArray(column, mask=False)
+        results["params"] = [{name: values[i] for name, values in columns.items()}
+                             for i in range(len(grid))]
         for k in range(scores.shape[1]):
             results[f"split{k}_test_score"] = scores[:, k].copy()
         results.update(mean_test_score=means, std_test_score=stds, rank_test_score=ranks)
         self.cv_results_ = results
         self.n_splits_ = scores.shape[1]
         self.best_index_ = best
-        self.alpha_ = float(grid_alphas[best])
-        self.decay_ = grid_decays[best]
+        alpha, self.decay_, terms = grid[best]
+        self.alpha_ = float(alpha)
+        self.fit_intercept_, self.fit_skip_ = terms.intercept, terms.skip
         self.best_score_ = float(means[best])
         return best // alphas.size

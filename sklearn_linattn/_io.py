@@ -122,7 +122,8 @@ def save_model(model, path):
     certificate from the data, and refit to continue with ``partial_fit``.
     A :class:`LinearAttentionRegressorCV` is written as the model it
     refitted, ``LinearAttentionRegressor(alpha=alpha_, ...)`` (what
-    :func:`load_model` returns), with the decays it was refitted with.
+    :func:`load_model` returns), with the decays and terms it was refitted
+    with.
 
     A model with fixed decays (the parameter ``decay``) is written with them:
     the parameter, each head's decay (``head_decays_``) and the decays of its
@@ -183,8 +184,11 @@ def save_model(model, path):
         params = {name: params[name] for name in LinearAttentionRegressor().get_params()
                   if name in params}
         params["alpha"] = model.alpha_
-        # A search over candidate decays records its choice as decay_.
+        # A search over candidate decays and terms records its choices as decay_,
+        # fit_intercept_ and fit_skip_.
         params["decay"] = getattr(model, "decay_", params.get("decay"))
+        params["fit_intercept"] = getattr(model, "fit_intercept_", params["fit_intercept"])
+        params["fit_skip"] = getattr(model, "fit_skip_", params["fit_skip"])
     if isinstance(params["random_state"], np.random.RandomState):
         params["random_state"] = None
     missing = [name for name in _ATTRIBUTES if not hasattr(model, name)]

@@ -333,18 +333,19 @@ class FitParams:
     tol: float
     max_iter: int | None
     random_state: object
-    intercept: bool
-    skip: bool
+    intercept: bool | None
+    skip: bool | None
     log: ProgressLog
     n_blocks: int  # feature blocks, one per decay
 
     @classmethod
-    def checked(cls, estimator, *, solvers, alpha=True, decay=True):
+    def checked(cls, estimator, *, solvers, alpha=True, decay=True, terms=True):
         """Check the fit parameters of ``estimator`` (its ``get_params`` names).
 
-        ``solvers`` are the solver names it accepts; ``alpha`` and ``decay``
-        say whether it has those parameters (a search has grids instead, which
-        it checks itself).
+        ``solvers`` are the solver names it accepts; ``alpha``, ``decay`` and
+        ``terms`` (``fit_intercept``, ``fit_skip``) say whether it has those
+        as plain parameters (a search has candidates instead, which it checks
+        itself; ``intercept`` and ``skip`` are then None).
 
         Examples
         --------
@@ -363,8 +364,8 @@ class FitParams:
         check_option(e.solver, "solver", tuple(solvers))
         tol = check_number(e.tol, "tol", low=0.0, low_open=True)
         max_iter = check_number(e.max_iter, "max_iter", integer=True, low=1, allow_none=True)
-        intercept = check_flag(e.fit_intercept, "fit_intercept")
-        skip = check_flag(e.fit_skip, "fit_skip")
+        intercept = check_flag(e.fit_intercept, "fit_intercept") if terms else None
+        skip = check_flag(e.fit_skip, "fit_skip") if terms else None
         return cls(readout=readout, layout=layout, solver=e.solver, alpha=penalty,
                    n_heads=n_heads, decays=decays, tol=tol, max_iter=max_iter,
                    random_state=e.random_state, intercept=intercept, skip=skip,

@@ -294,6 +294,26 @@ class StandardizedProblem:
         return cls(stats.standardizer, stats, readout=stats.readout, d_out=d_out, terms=terms,
                    stats=stats)
 
+    def with_terms(self, terms):
+        """The problem of fewer linear terms, from these statistics (a new object).
+
+        The Gram matrix is the same, so this problem's eigen-decomposition,
+        when it has made one, serves the new one too; the moment and the
+        targets' moments keep the columns of ``terms``
+        (:meth:`~._terms.LinearTerms.target_columns`).  Statistics only (the
+        rows, when kept, are not carried).
+        """
+        if terms == self.terms:
+            return self
+        cols = terms.target_columns(self.d_out, self.terms)
+        out = type(self).from_statistics(self.stats.target_columns(cols, terms),
+                                         d_out=self.d_out, terms=terms)
+        if self.group_stats is not None:
+            out.group_stats = [part.target_columns(cols, terms) for part in self.group_stats]
+        out.scales = self.scales
+        out._previous = self._previous
+        return out
+
     # ------------------------------------------------------------------ solve
 
     def solve(self, solver, alpha=0.0, *, tol=1e-8, max_iter=None, memory_budget=None,

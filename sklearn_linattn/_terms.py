@@ -71,6 +71,38 @@ class LinearTerms:
     def __bool__(self):
         return self.n_terms > 0
 
+    def __eq__(self, other):
+        return isinstance(other, LinearTerms) and (self.d, self.intercept, self.skip) == (
+            other.d, other.intercept, other.skip)
+
+    def __hash__(self):
+        return hash((self.d, self.intercept, self.skip))
+
+    def target_columns(self, d_out, within):
+        """Indices of the targets and of these term columns among those of ``within``'s.
+
+        The targets come first (``d_out`` of them), then the intercept column,
+        then the d skip columns; ``within`` must have every term this has.
+
+        Examples
+        --------
+        >>> from sklearn_linattn._terms import LinearTerms
+        >>> both = LinearTerms(2, intercept=True, skip=True)
+        >>> LinearTerms(2, skip=True).target_columns(1, both).tolist()
+        [0, 2, 3]
+        """
+        if (self.intercept and not within.intercept) or (self.skip and not within.skip):
+            raise ValueError(f"the terms {self!r} are not among {within!r}.")
+        cols = [np.arange(d_out)]
+        if self.intercept:
+            cols.append([d_out])
+        if self.skip:
+            cols.append(d_out + int(within.intercept) + np.arange(self.d))
+        return np.concatenate(cols).astype(np.intp)
+
+    def __repr__(self):
+        return f"LinearTerms({self.d}, intercept={self.intercept}, skip={self.skip})"
+
     def columns(self, X, lengths, readout):
         """Term columns of every row, in the data's units.
 

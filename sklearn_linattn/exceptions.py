@@ -4,7 +4,35 @@ Like :mod:`sklearn.exceptions`: the classes live in one public module so that
 ``warnings.filterwarnings`` can name them.
 """
 
-__all__ = ["LayoutWarning"]
+__all__ = ["GridEdgeWarning", "LayoutWarning"]
+
+
+class GridEdgeWarning(UserWarning):
+    """A cross-validated search chose a value at the edge of its grid.
+
+    Issued by :meth:`LinearAttentionRegressorCV.fit
+    <sklearn_linattn.LinearAttentionRegressorCV.fit>` when ``alpha_`` is the
+    largest of ``alphas``, or the smallest of them above 0 when 0 is not
+    among them: the best penalty may lie beyond the grid, and the search
+    cannot tell.  Extending ``alphas`` past the edge settles it (the
+    penalties are unit-free, so a grid means the same on any data).  A grid
+    of one alpha, and ``alpha_ = 0`` (the exact least squares, the end of
+    every grid), never warn.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> import numpy as np
+    >>> from sklearn_linattn import LinearAttentionRegressorCV
+    >>> from sklearn_linattn.exceptions import GridEdgeWarning
+    >>> rng = np.random.default_rng(0)
+    >>> X, y = rng.normal(size=(60, 4, 2)), rng.normal(size=60)  # nothing to learn
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     model = LinearAttentionRegressorCV(alphas=[1e-3, 1e-2, 1e-1]).fit(X, y)
+    >>> model.alpha_, [w.category.__name__ for w in caught]
+    (0.1, ['GridEdgeWarning'])
+    """
 
 
 class LayoutWarning(UserWarning):

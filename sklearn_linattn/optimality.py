@@ -268,11 +268,12 @@ class _ComparedModel:
             V, Q = model.value_matrices_, model.key_query_matrices_
             decays, decays_name = getattr(model, "head_decays_", None), "head_decays_"
             # Terms the estimator was fitted with (its intercept_ and skip_coef_
-            # are zeros without them, and then not part of its class).
-            intercept = (getattr(model, "intercept_", None)
-                         if getattr(model, "fit_intercept", True) else None)
-            skip_coef = (getattr(model, "skip_coef_", None)
-                         if getattr(model, "fit_skip", True) else None)
+            # are zeros without them, and then not part of its class); a search
+            # that chose them ("auto") says which in fit_intercept_ / fit_skip_.
+            with_intercept = getattr(model, "fit_intercept_", getattr(model, "fit_intercept", True))
+            with_skip = getattr(model, "fit_skip_", getattr(model, "fit_skip", True))
+            intercept = getattr(model, "intercept_", None) if with_intercept else None
+            skip_coef = getattr(model, "skip_coef_", None) if with_skip else None
             self.layout = {"token_dim": getattr(model, "token_dim", None),
                            "data_format": getattr(model, "data_format", "channels_last")}
             own_readout = getattr(model, "readout", None)

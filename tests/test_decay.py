@@ -14,6 +14,7 @@ from sklearn_linattn import (
     certify_identifiability,
     mhla_forward,
 )
+from sklearn_linattn._cv import DEFAULT_ALPHAS
 from sklearn_linattn._features import attention_features, prefix_features, row_factors
 from sklearn_linattn._memory import real_tokens
 
@@ -234,10 +235,11 @@ def test_cross_validation_with_decays_recovers_the_teacher():
     y = mhla_forward(X, V, Q, decays=g)[:, 0]
     model = LinearAttentionRegressorCV(decays=[None, 0.6, DECAYS], n_heads="auto").fit(X, y)
     assert model.alpha_ == 0.0 and model.n_heads_ == 2 and model.decay_ == DECAYS
-    assert list(model.cv_results_["param_decay"][::8]) == [None, (0.6,), DECAYS]
+    n = len(DEFAULT_ALPHAS)
+    assert list(model.cv_results_["param_decay"][::n]) == [None, (0.6,), DECAYS]
     # The plain model and the one decay miss the teacher: the search saw it.
-    assert model.cv_results_["rank_test_score"][16] == 1
-    assert model.cv_results_["mean_test_score"][:16].max() < -1e-3
+    assert model.cv_results_["rank_test_score"][2 * n] == 1
+    assert model.cv_results_["mean_test_score"][:2 * n].max() < -1e-3
     X_new = 3.0 * rng.normal(size=(20, 11, D))
     y_new = mhla_forward(X_new, V, Q, decays=g)[:, 0]
     np.testing.assert_allclose(model.predict(X_new), y_new, rtol=1e-9,

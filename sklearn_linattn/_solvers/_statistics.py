@@ -280,6 +280,25 @@ class RowCounts:
             M[i:, i:] = feature_map(old, new)[1].T  # x_new = x_old D
         return M
 
+    def target_columns(self, cols, terms):
+        """The same rows with some of the targets only (a new object).
+
+        Parameters
+        ----------
+        cols : ndarray of int
+            Indices of the kept targets, among ``d_out`` (the term columns
+            among them, :meth:`~.._terms.LinearTerms.target_columns`).
+        terms : LinearTerms or None
+            The terms of the kept columns.
+        """
+        out = self.restandardized(self.standardizer)  # a copy
+        out.d_out = len(cols)
+        out.terms = terms if terms else None
+        out.y_sq = self.y_sq[cols].copy()
+        out.y_cross = self.y_cross[np.ix_(cols, cols)].copy()
+        out.y_sum = self.y_sum[cols].copy()
+        return out
+
     def restandardized(self, standardizer):
         """The same counts in other standardized coordinates (a new object).
 
@@ -582,6 +601,17 @@ class SufficientStatistics(RowCounts):
         w, U = descending_eigh(self.gram, overwrite_a=True)
         r = int(np.count_nonzero(w > rank_tolerance(w, w.size, self.dtype, self.n_rows)))
         return U[:, :r] * np.sqrt(w[:r])
+
+    def target_columns(self, cols, terms):
+        """The same statistics with some of the targets only (a new object).
+
+        The Gram matrix is the same; the moment keeps the columns ``cols``
+        (see :meth:`RowCounts.target_columns`).
+        """
+        out = super().target_columns(cols, terms)
+        if self.moment is not None:
+            out.moment = self.moment[:, cols].copy()
+        return out
 
     def blocks(self, which, decays):
         """The statistics of some feature blocks, in a given order (a new object).
