@@ -123,8 +123,10 @@ under a minute without it, where the package's numpy learner runs the recipe ins
 - `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
   and writes no file unless `--output` is given).
 - `--only ROW ...` / `--skip ROW ...`: run some rows (`gram`, `adam`, `samples`, `memory`, `cg`,
-  `dask`, `cv`). The `dask` row needs the dask extra (`pip install -e ".[dask]"`); without it the
-  row says "not available".
+  `dask`, `cv`, `real`). The `dask` row needs the dask extra (`pip install -e ".[dask]"`); without
+  it the row says "not available". The `real` row takes about 2 minutes on 2 cores; it needs the
+  bench extra (`pip install -e ".[bench]"`, aeon) for aeon's data sets and the Rocket models, and
+  without it those lines say "not available" and the digits run with the other models.
 - `--output PATH`: where to write the markdown (default `benchmarks/README.md`; `-` for stdout only).
 - `--threads N`: BLAS/OpenMP threads for the whole run, set with threadpoolctl (default: all usable
   cores).

@@ -394,7 +394,8 @@ class LinearAttentionRegressorCV(LinearAttentionRegressor):
     The same model as :class:`LinearAttentionRegressor`, for the ``alpha`` of
     ``alphas`` with the best cross-validated score, in the manner of
     scikit-learn's :class:`~sklearn.linear_model.RidgeCV`.  The search costs
-    about one plain fit, not one per candidate and fold: the data are read
+    about one plain fit on the psi x psi statistics (``solver="eigh"`` or
+    ``"cholesky"``), not one per candidate and fold: the data are read
     once, the sufficient statistics of every fold gathered in that pass,
     and each alpha of each split scored from them exactly (see Notes).  The
     model is then refitted on all the data at ``alpha_`` from the same
@@ -548,7 +549,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
     per alpha or one eigen-decomposition, on the row space of all the data
     when it is smaller than psi.  Memory: psi x psi statistics per fold.
     Not for dask input, nor for data whose psi x psi statistics do not fit
-    in memory (``solver="cg"``).
+    in memory (``solver="cg"``).  With far fewer rows than features, where a
+    plain fit takes ``solver="dual"`` (an N x N kernel), the search still
+    decomposes the psi x psi Gram matrix of all the data once, which then
+    dominates: many times a plain fit (``benchmarks/real_data.py``).
 
     Examples
     --------
