@@ -165,27 +165,70 @@ def split_groups(splits, n_samples):
     return labels, parts
 
 
-def _summed(stats, which):
-    """The statistics of some groups together (a new object)."""
-    total = stats[which[0]].restandardized(stats[which[0]].standardizer)
+class _Projected:
+    """A group's statistics on a basis of the row space of all the data, and their sums.
+
+    What a split reads of its parts: the Gram matrix and moment on the basis
+    (``B^T G B``, ``B^T b``: every part's rows lie in that row space, so
+    nothing is lost), the targets' moments, the counts, and the full Gram
+    matrix's size and trace (the penalty's and the zero rule's).
+    """
+
+    _SUMMED = ("gram", "moment", "y_cross", "y_sum", "weight_sum", "n_rows", "trace")
+
+    def __init__(self, stats=None, basis=None):
+        if stats is None:
+            return
+        G = stats.gram
+        self.gram = basis.T @ (G @ basis)
+        self.gram = (self.gram + self.gram.T) / 2
+        self.moment = basis.T @ stats.moment
+        self.trace = float(np.trace(G))
+        for name in ("y_cross", "y_sum", "weight_sum", "n_rows", "n_features", "dtype"):
+            setattr(self, name, getattr(stats, name))
+
+    def __add__(self, other):
+        out = _Projected()
+        for name in self._SUMMED:
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        out.n_features = self.n_features
+        out.dtype = np.result_type(self.dtype, other.dtype)
+        return out
+
+
+class _Whole:
+    """A group's statistics as they are (no basis), read as :class:`_Projected` is."""
+
+    def __init__(self, stats):
+        self.stats = stats
+
+    def __getattr__(self, name):
+        return getattr(self.stats, name)
+
+    @property
+    def trace(self):
+        return float(np.trace(self.stats.gram))
+
+    def __add__(self, other):
+        total = self.stats.restandardized(self.stats.standardizer)  # a copy
+        total.merge(other.stats)
+        return _Whole(total)
+
+
+def _summed(parts, which):
+    """The statistics of some groups together."""
+    total = parts[which[0]]
     for i in which[1:]:
-        total.merge(stats[i])
+        total = total + parts[i]
     return total
 
 
-def _split_solves(train, basis, alphas, solver_name):
+def _split_solves(train, alphas, solver_name):
     """The penalized solves (n_alphas, n_targets, m) of one training part, every target column."""
-    G = train.gram
-    trace = float(np.trace(G))
-    b = train.moment
-    if basis is not None:
-        G = basis.T @ (G @ basis)
-        G = (G + G.T) / 2
-        b = basis.T @ b
     solver = REGISTRY[solver_name].penalty_path(
-        G, b, psi=train.n_features, trace=trace, dtype=train.dtype,
+        train.gram, train.moment, psi=train.n_features, trace=train.trace, dtype=train.dtype,
         n_penalties=np.unique(alphas[alphas > 0]).size, n_rows=train.n_rows)
-    return solver.coefs(alphas), b
+    return solver.coefs(alphas), train.moment
 
 
 def _split_coefficients(solved, b, y_cross, cols, d_out, n_terms):
@@ -206,12 +249,10 @@ def _split_coefficients(solved, b, y_cross, cols, d_out, n_terms):
     return coefs, betas
 
 
-def _held_out_errors(test, coefs, betas, basis, cols):
+def _held_out_errors(test, coefs, betas, cols):
     """Weighted sums of squared held-out errors (n_alphas, d_out), standardized units."""
     n_alphas, d_out, m = coefs.shape
     C = coefs.reshape(-1, m).T  # (m, n_alphas * d_out)
-    if basis is not None:
-        C = basis @ C
     quadratic = np.einsum("pk,pk->k", C, test.gram @ C).reshape(n_alphas, d_out)
     linear = (test.moment[:, cols].T @ C).reshape(-1, n_alphas, d_out).transpose(1, 0, 2)
     # The targets less the terms: [Y, E] B with B = [I; -beta].
@@ -281,9 +322,12 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
     candidates = [problem.terms] if terms is None else list(terms)
     columns = [t.target_columns(d_out, problem.terms) for t in candidates]
     whole = problem.solve(solver, 0.0)
-    basis = None
     if whole.eigenvectors is not None and whole.rank < whole.n_features:
+        # Each group projected once; the splits' sums and solves are then of the rank's size.
         basis = whole.eigenvectors[:, : whole.rank]
+        stats = [_Projected(part, basis) for part in stats]
+    else:
+        stats = [_Whole(part) for part in stats]
     st = problem.standardizer
     y_exponents = (np.zeros(d_out, dtype=np.int64) if st.y_exponents is None
                    else st.y_exponents)
@@ -295,10 +339,10 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
             raise ValueError(
                 f"the {side} part of split {k} holds no sequence of positive sample weight: "
                 "there is nothing to fit or to score.")
-        solved, b = _split_solves(train, basis, alphas, solver)
+        solved, b = _split_solves(train, alphas, solver)
         for j, (t, cols) in enumerate(zip(candidates, columns)):
             coefs, betas = _split_coefficients(solved, b, train.y_cross, cols, d_out, t.n_terms)
-            sse = _held_out_errors(test, coefs, betas, basis, cols)
+            sse = _held_out_errors(test, coefs, betas, cols)
             scores[j, :, k] = _split_scores(sse, test, scoring, y_exponents)
     return scores.reshape(-1, len(parts))
 
@@ -394,8 +438,7 @@ class LinearAttentionRegressorCV(LinearAttentionRegressor):
     The same model as :class:`LinearAttentionRegressor`, for the ``alpha`` of
     ``alphas`` with the best cross-validated score, in the manner of
     scikit-learn's :class:`~sklearn.linear_model.RidgeCV`.  The search costs
-    about one plain fit on the psi x psi statistics (``solver="eigh"`` or
-    ``"cholesky"``), not one per candidate and fold: the data are read
+    about one plain fit, not one per candidate and fold: the data are read
     once, the sufficient statistics of every fold gathered in that pass,
     and each alpha of each split scored from them exactly (see Notes).  The
     model is then refitted on all the data at ``alpha_`` from the same
@@ -452,7 +495,9 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         and each candidate's are a part of them.
     solver : {"auto", "eigh", "cholesky"}, default="auto"
         The solver of the refit (``"auto"``: ``"eigh"`` for psi <= 64, else
-        ``"cholesky"``).  The search needs the psi x psi statistics, so the
+        ``"cholesky"``; with far fewer rows than features and one candidate
+        decay, ``"dual"`` as a plain fit would take, its N x N kernel giving
+        the row space the splits are solved on).  The search needs the psi x psi statistics, so the
         solvers on the rows (``"svd"``, ``"dual"``, ``"cg"``, ``"lsmr"``) are
         refused; each split is solved by the same rule of zero eigenvalues.
     scoring : {None, "neg_mean_squared_error", "r2"}, default=None
@@ -549,10 +594,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
     per alpha or one eigen-decomposition, on the row space of all the data
     when it is smaller than psi.  Memory: psi x psi statistics per fold.
     Not for dask input, nor for data whose psi x psi statistics do not fit
-    in memory (``solver="cg"``).  With far fewer rows than features, where a
-    plain fit takes ``solver="dual"`` (an N x N kernel), the search still
-    decomposes the psi x psi Gram matrix of all the data once, which then
-    dominates: many times a plain fit (``benchmarks/real_data.py``).
+    in memory (``solver="cg"``).  With far fewer rows than features
+    (``solver="dual"``) the row space comes from the N x N kernel of the
+    rows instead of a psi x psi eigen-decomposition; each group's statistics
+    are projected on it once, and the splits solve at the rank's size.
 
     Examples
     --------
@@ -703,14 +748,22 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         labels, parts = split_groups(cv_splits(self.cv, source.n_samples, groups),
                                      source.n_samples)
         solver = choose_solver(params.solver, n_rows, psi, statistics=True)
+        if params.solver == "auto" and candidates == [union]:
+            # Far fewer rows than features: the row space of all the data, and the
+            # refit, from the N x N kernel of the kept rows, as a plain fit would.
+            wide = choose_solver("auto", n_rows, psi)
+            if REGISTRY[wide].penalty_path is not None and not REGISTRY[wide].statistics:
+                solver = wide
         self._check_memory(psi, d, n_blocks, int(labels.max()) + 1)
         term_options, terms = _term_candidates(
             d, _checked_term_options(self.fit_intercept, "fit_intercept"),
             _checked_term_options(self.fit_skip, "fit_skip"))
         # Heads fitted to the rows directly need the rows (a compression without terms).
         direct = params.n_heads is not None and not terms.n_terms and union is None
+        # The folds' statistics in the pass, whatever solves the whole.
+        pass_solver = solver if REGISTRY[solver].statistics else STATISTICS_SOLVERS[0]
         problem = StandardizedProblem.from_source(
-            source, readout=params.readout, terms=terms, solver=solver, decays=union,
+            source, readout=params.readout, terms=terms, solver=pass_solver, decays=union,
             keep=keep_rows(solver, n_rows, d, source.d_out + terms.n_terms, direct=direct,
                            n_blocks=n_blocks),
             groups=labels)

@@ -33,6 +33,7 @@ every batch so far, into whose coordinates a new batch is accumulated
 (``fit`` is a new state and one batch).
 """
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -298,16 +299,19 @@ class StandardizedProblem:
         """The problem of fewer linear terms, from these statistics (a new object).
 
         The Gram matrix is the same, so this problem's eigen-decomposition,
-        when it has made one, serves the new one too; the moment and the
-        targets' moments keep the columns of ``terms``
-        (:meth:`~._terms.LinearTerms.target_columns`).  Statistics only (the
-        rows, when kept, are not carried).
+        when it has made one, serves the new one too; the moment, the
+        targets' moments and the kept rows' targets keep the columns of
+        ``terms`` (:meth:`~._terms.LinearTerms.target_columns`).
         """
         if terms == self.terms:
             return self
         cols = terms.target_columns(self.d_out, self.terms)
         out = type(self).from_statistics(self.stats.target_columns(cols, terms),
                                          d_out=self.d_out, terms=terms)
+        if self.kept is not None:
+            out.kept = dataclasses.replace(
+                self.kept, Y=None if self.kept.Y is None else self.kept.Y[:, cols])
+            out.rows = dataclasses.replace(self.rows, kept=out.kept, terms=terms or None)
         if self.group_stats is not None:
             out.group_stats = [part.target_columns(cols, terms) for part in self.group_stats]
         out.scales = self.scales

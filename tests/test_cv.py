@@ -228,12 +228,8 @@ def test_rank_deficient_design_scores_on_the_row_space_equal_full_size_solves(mo
     alphas = np.array([0.0, 1e-4, 1e-2])
     reduced = LinearAttentionRegressorCV(alphas, cv=4, fit_intercept=True).fit(X, y)
     assert reduced.feature_rank_ < 126
-    solves, errors = cv_module._split_solves, cv_module._held_out_errors
-    monkeypatch.setattr(cv_module, "_split_solves",
-                        lambda train, basis, *args: solves(train, None, *args))
-    monkeypatch.setattr(cv_module, "_held_out_errors",
-                        lambda test, coefs, betas, basis, cols: errors(test, coefs, betas,
-                                                                       None, cols))
+    # The groups as they are, not projected on the row space: full-size solves.
+    monkeypatch.setattr(cv_module, "_Projected", lambda part, basis: cv_module._Whole(part))
     full = LinearAttentionRegressorCV(alphas, cv=4, fit_intercept=True).fit(X, y)
     np.testing.assert_allclose(split_scores(reduced), split_scores(full), rtol=1e-8)
 

@@ -212,3 +212,40 @@ def test_an_inner_choice_and_a_single_alpha_do_not_warn():
     assert 0 < model.alpha_ < 1e6 and caught == []
     model, caught = _fit([10.0], X, y)
     assert caught == []
+
+
+# ---------------------------------------------------------------------------- wide data
+
+
+@pytest.mark.parametrize("terms", [(False, False), ("auto", "auto"), (True, True)])
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_far_fewer_rows_than_features_search_on_the_kernel_as_the_eigh_search(terms, readout,
+                                                                             monkeypatch):
+    """Reproducer: the search decomposed the psi x psi Gram matrix of 40 rows (psi = 336)."""
+    from sklearn_linattn._solvers import normal
+
+    X, y, _ = make_data(60, n=40, n_tokens=3, d=7, readout=readout, noise=0.5)
+    X_new = 2.0 * np.random.default_rng(61).normal(size=(6, 9, 7))
+    alphas = np.array([0.0, 1e-4, 1e-2, 1.0, 1e3])
+    params = dict(cv=4, readout=readout, fit_intercept=terms[0], fit_skip=terms[1])
+    eigh = LinearAttentionRegressorCV(alphas, solver="eigh", **params).fit(X, y)
+    sizes = []
+    original = normal.descending_eigh
+    monkeypatch.setattr(normal, "descending_eigh",
+                        lambda G, *a, **k: sizes.append(G.shape[0]) or original(G, *a, **k))
+    wide = LinearAttentionRegressorCV(alphas, **params).fit(X, y)
+    assert wide.solver_ == "dual" and eigh.solver_ == "eigh"
+    assert max(sizes, default=0) < 336  # no decomposition of psi x psi
+    np.testing.assert_allclose(split_scores(wide), split_scores(eigh), rtol=1e-7)
+    assert (wide.alpha_, wide.fit_intercept_, wide.fit_skip_) == (
+        eigh.alpha_, eigh.fit_intercept_, eigh.fit_skip_)
+    plain = LinearAttentionRegressor(alpha=wide.alpha_, readout=readout,
+                                     fit_intercept=wide.fit_intercept_,
+                                     fit_skip=wide.fit_skip_).fit(X, y)
+    assert plain.solver_ == "dual"
+    expected = plain.predict(X_new)
+    np.testing.assert_allclose(wide.predict(X_new), expected, rtol=1e-9,
+                               atol=1e-9 * np.abs(expected).max())
+    np.testing.assert_allclose(eigh.predict(X_new), expected, rtol=1e-6,
+                               atol=1e-6 * np.abs(expected).max())
+    assert wide.feature_rank_ == eigh.feature_rank_ == plain.feature_rank_
