@@ -311,7 +311,9 @@ class StandardizedProblem:
         if self.kept is not None:
             out.kept = dataclasses.replace(
                 self.kept, Y=None if self.kept.Y is None else self.kept.Y[:, cols])
-            out.rows = dataclasses.replace(self.rows, kept=out.kept, terms=terms or None)
+            # Operators cached on the rows hold the reader they were made from.
+            out.rows = dataclasses.replace(self.rows, kept=out.kept, terms=terms or None,
+                                           _operators={})
         if self.group_stats is not None:
             out.group_stats = [part.target_columns(cols, terms) for part in self.group_stats]
         out.scales = self.scales
