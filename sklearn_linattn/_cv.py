@@ -497,9 +497,10 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         The solver of the refit (``"auto"``: ``"eigh"`` for psi <= 64, else
         ``"cholesky"``; with far fewer rows than features and one candidate
         decay, ``"dual"`` as a plain fit would take, its N x N kernel giving
-        the row space the splits are solved on).  The search needs the psi x psi statistics, so the
-        solvers on the rows (``"svd"``, ``"dual"``, ``"cg"``, ``"lsmr"``) are
-        refused; each split is solved by the same rule of zero eigenvalues.
+        the row space the splits are solved on).  The search needs the psi x
+        psi statistics of every fold, so the solvers on the rows (``"svd"``,
+        ``"dual"``, ``"cg"``, ``"lsmr"``) cannot be asked for; each split is
+        solved by the same rule of zero eigenvalues.
     scoring : {None, "neg_mean_squared_error", "r2"}, default=None
         None and ``"neg_mean_squared_error"``: minus the mean squared error
         over the held-out rows (weighted by ``sample_weight``, averaged over

@@ -36,6 +36,22 @@ def _sinusoidal_frequencies(n_channels, max_period):
     return max_period ** (-2.0 * np.arange(n_channels // 2) / n_channels)
 
 
+def _check_output_memory(what, shape, dtype, work, work_text, advice):
+    """A ValueError, before allocating it, for an output of ``shape`` beyond the memory budget.
+
+    ``work``: the bytes that building it takes beside it, ``work_text`` what
+    they are, ``advice`` what to do instead.
+    """
+    budget = resolve_budget(None)
+    n_bytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if n_bytes + work > budget:
+        raise ValueError(
+            f"The {what} X, of shape {shape}, needs {n_bytes / 2**30:.3g} GiB of "
+            f"{np.dtype(dtype).name} and {work_text}, more than the memory budget of "
+            f"{budget / 2**30:.3g} GiB (half the physical memory). {advice}"
+        )
+
+
 class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Append a positional encoding to every token of every sequence.
 
@@ -197,20 +213,13 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
 
     def _check_memory(self, shape, dtype):
         """Refuse, before allocating it, an output larger than the memory budget."""
-        budget = resolve_budget(None)
-        n_bytes = math.prod(shape) * np.dtype(dtype).itemsize
+        fewer = (" or fewer positions (n_positions with handle_unknown='ignore'; with "
+                 "origin='end' the most recent tokens keep theirs)"
+                 if self.kind == "onehot" else "")
         # Beside the output: the positions' angles or comparisons while they are written.
-        if 2 * n_bytes > budget:
-            fewer = (" or fewer positions (n_positions with handle_unknown='ignore'; with "
-                     "origin='end' the most recent tokens keep theirs)"
-                     if self.kind == "onehot" else "")
-            raise ValueError(
-                f"The encoded X, of shape {shape}, needs {n_bytes / 2**30:.3g} GiB of "
-                f"{np.dtype(dtype).name} and up to as much again while it is built, more "
-                f"than the memory budget of {budget / 2**30:.3g} GiB (half the physical "
-                "memory). "
-                f"Encode fewer sequences at a time{fewer}."
-            )
+        _check_output_memory("encoded", shape, dtype, math.prod(shape) * np.dtype(dtype).itemsize,
+                             "up to as much again while it is built",
+                             f"Encode fewer sequences at a time{fewer}.")
 
     def fit(self, X, y=None):
         """Learn the token dimension and, for one-hot positions, the number of positions.
@@ -543,18 +552,12 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
 
     def _check_memory(self, shape, dtype):
         """Refuse, before allocating it, an output larger than the memory budget."""
-        budget = resolve_budget(None)
-        n_bytes = math.prod(shape) * np.dtype(dtype).itemsize
         # Beside the output: the time index of every time point of every
         # patch (int64) and two masks of them.
         work = 10 * math.prod(shape) // int(self.n_features_in_)
-        if n_bytes + work > budget:
-            raise ValueError(
-                f"The patched X, of shape {shape}, needs {n_bytes / 2**30:.3g} GiB of "
-                f"{np.dtype(dtype).name} and {work / 2**30:.3g} GiB of indices while it is "
-                f"built, more than the memory budget of {budget / 2**30:.3g} GiB (half the "
-                "physical memory). Patch fewer sequences at a time, or pass a larger stride."
-            )
+        _check_output_memory("patched", shape, dtype, work,
+                             f"{work / 2**30:.3g} GiB of indices while it is built",
+                             "Patch fewer sequences at a time, or pass a larger stride.")
 
     def fit(self, X, y=None):
         """Learn the number of channels; check that every series has a patch.
