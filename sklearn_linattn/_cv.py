@@ -63,6 +63,10 @@ DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
+# Scores of two sets of terms closer than this (relative) are equal: their
+# difference is the rounding of the errors' sums, which the units of the data
+# change.
+_TERMS_TIE = 1e-10
 _EPS = float(np.finfo(np.float64).eps)
 
 
@@ -471,9 +475,11 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     fit_intercept : bool or "auto", default=False
         A constant term, unpenalized, as in :class:`LinearAttentionRegressor`;
         each split's fit includes it.  ``"auto"``: every alpha is scored
-        with and without it on the same splits, and the better is kept
-        (``fit_intercept_``), so that the term never makes the chosen model
-        score worse than the search without it.
+        with and without it on the same splits, and the term is kept
+        (``fit_intercept_``) only when its best score is better by more than
+        rounding (relative 1e-10), so that the term never makes the chosen
+        model score worse than the search without it, and the choice does
+        not depend on the units of the data.
     fit_skip : bool or "auto", default=False
         A linear term in the row's token, unpenalized, as in
         :class:`LinearAttentionRegressor`; each split's fit includes it.
@@ -539,7 +545,9 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     best_score_ : float
         Its mean test score.
     best_index_ : int
-        Its index in ``cv_results_``: candidate decays in the order of
+        Its index in ``cv_results_`` (with ``"auto"`` terms, the best score of
+        the fewer terms when it is within rounding of the best): candidate
+        decays in the order of
         ``decays``, for each the sets of terms (without before with, the
         intercept's choice outermost), for each every alpha in the order of
         ``alphas``.
@@ -817,7 +825,20 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         valid = ~np.isnan(means)
         ranks = np.full(means.size, np.iinfo(np.int32).max, dtype=np.int32)
         ranks[valid] = rankdata(-means[valid], method="min")
-        best = int(np.argmax(np.where(valid, means, -np.inf)))
+        scored = np.where(valid, means, -np.inf)
+        best = int(np.argmax(scored))
+        # A set of terms is kept only for a score better than rounding: scores
+        # that differ in their last digits (another unit of the data) would
+        # otherwise decide it.  The fewer terms come first for each decay.
+        by_pair = scored.reshape(len(searched), alphas.size).max(axis=1)
+        pair = best // alphas.size
+        tie = _TERMS_TIE * abs(by_pair[pair])
+        for earlier in range(pair):
+            same_decay = searched[earlier][0] == searched[pair][0]
+            if same_decay and by_pair[earlier] >= by_pair[pair] - tie:
+                start = earlier * alphas.size
+                best = start + int(np.argmax(scored[start:start + alphas.size]))
+                break
         grid = [(a, c, t) for c, t in searched for a in alphas]
         columns = {"alpha": [float(a) for a, _, _ in grid]}
         if len({c for c, _ in searched}) > 1 or searched[0][0] is not None:

@@ -249,3 +249,25 @@ def test_far_fewer_rows_than_features_search_on_the_kernel_as_the_eigh_search(te
     np.testing.assert_allclose(eigh.predict(X_new), expected, rtol=1e-6,
                                atol=1e-6 * np.abs(expected).max())
     assert wide.feature_rank_ == eigh.feature_rank_ == plain.feature_rank_
+
+
+def test_the_choice_of_terms_does_not_depend_on_the_units_of_the_data():
+    """Reproducer: X * 1e30, y * 1e80 chose fit_skip_=True where X, y chose False.
+
+    The teacher has no terms, so the scores with and without them differ in
+    their last digits only, which the units change.
+    """
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3, 7))
+    y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1) + 0.3 * rng.normal(size=40)
+    X_new = 2.0 * rng.normal(size=(5, 9, 7))
+    units = 10.0 ** rng.uniform(-60, 60, size=7)
+    params = dict(fit_intercept="auto", fit_skip="auto")
+    base = LinearAttentionRegressorCV(**params).fit(X, y)
+    expected = base.predict(X_new)
+    for scale, y_scale in ((1e30, 1e80), (1e-100, 1e-250), (units, 1.0)):
+        model = LinearAttentionRegressorCV(**params).fit(X * scale, y * y_scale)
+        assert (model.fit_intercept_, model.fit_skip_, model.alpha_) == (
+            base.fit_intercept_, base.fit_skip_, base.alpha_)
+        np.testing.assert_allclose(model.predict(X_new * scale) / y_scale, expected,
+                                   rtol=1e-10, atol=1e-12 * np.abs(expected).max())
