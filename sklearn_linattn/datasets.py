@@ -1,24 +1,4 @@
-"""Generators for the paper's tasks, in scikit-learn's ``make_*`` style.
-
-Every generator returns ``(X, y)``, or ``(X, y, params)`` with
-``return_params=True``, where ``params`` is a dict holding the generating
-parameters (always including the attention weights ``"V"`` and ``"Q"`` when
-the task is realized by a known MHLA).  ``X`` follows the package's data
-convention: shape (n_samples, n_tokens, d), tokens along axis 1, trailing
-all-NaN tokens are padding.  ``y`` has no output axis when there is a single
-output (scikit-learn's convention for ``make_regression``).
-
-``random_state`` accepts None, an int, a :class:`numpy.random.RandomState` or
-a :class:`numpy.random.Generator` (whose bit generator is then consumed, so
-that two calls with the same Generator give different data, as with a
-RandomState).
-
-==============================  ============================================
-:func:`make_random_mhla`        random H-head MHLA teacher (paper Sec. 4.1)
-:func:`make_associative_memory` key-value retrieval (paper Sec. 4.2)
-:func:`make_dfa_execution`      executing random finite automata (App. G.4)
-==============================  ============================================
-"""
+"""Generators for the paper's tasks, in scikit-learn's ``make_*`` style (user guide: programs)."""
 
 import numbers
 
@@ -123,50 +103,29 @@ def make_random_mhla(
     random_state=None,
     return_params=False,
 ):
-    """Gaussian sequences labelled by a random multi-head linear attention.
+    """Gaussian sequences labelled by a random multi-head linear attention (paper Sec. 4.1).
 
-    The data of the paper's Sec. 4.1: a random H-head MHLA teacher with
-    Gaussian weights, Gaussian token sequences, and targets equal to the
-    teacher's output (plus optional Gaussian noise).  Without noise the data
-    is exactly realizable by an MHLA with ``n_heads`` heads.
+    Without noise, ``y`` is exactly the output of the ``n_heads``-head teacher.
+    See the user guide's :doc:`/programs` page on the paper's tasks.
 
     Parameters
     ----------
-    n_samples : int, default=100
-        Number of sequences.
-    n_tokens : int, default=100
-        Number of tokens per sequence (the padded length when
-        ``variable_length`` is used).  The paper uses T = 100.
-    d : int, default=4
-        Token dimension.  The paper uses d in {2, 4} (appendix: up to 16).
-    n_heads : int, default=1
-        Number of heads H of the generating MHLA.
-    d_out : int, default=1
-        Output dimension of the generating MHLA.
+    n_samples, n_tokens, d : int, default=100, 100, 4
+        Number of sequences, tokens per sequence (padded length), token dimension.
+    n_heads, d_out : int, default=1
+        Number of heads and output dimension of the teacher.
     readout : {"last", "all"}, default="last"
-        ``"last"``: one target per sequence, the teacher's output at the last
-        real token.  ``"all"``: the causal output at every position, as in the
-        paper's Sec. 4.1 (autoregressive training).
+        One target per sequence (at the last real token), or one per position.
     noise : float, default=0.0
         Standard deviation of the Gaussian noise added to every target.
     variable_length : bool or (int, int), default=False
-        False: every sequence has ``n_tokens`` tokens.  A pair
-        ``(min_len, max_len)`` with ``1 <= min_len <= max_len <= n_tokens``:
-        each length is drawn uniformly from ``min_len..max_len`` (inclusive)
-        and the sequence is padded to ``n_tokens`` with trailing all-NaN
-        tokens.  True means ``(1, n_tokens)``.
-    weight_scale : float or None, default=None
-        Standard deviation of the i.i.d. Gaussian entries of every ``V_h`` and
-        ``Q_h``.  None means ``1 / sqrt(d)``, as in the paper.
-    token_scale : float or None, default=None
-        Standard deviation of the i.i.d. Gaussian entries of the tokens.  None
-        means ``1 / sqrt(n_tokens)`` (entries N(0, 1/T), as in the paper; with
-        ``variable_length`` T is the padded length ``n_tokens``).
+        ``(min_len, max_len)``: lengths drawn uniformly in that inclusive range,
+        then NaN padding; True means ``(1, n_tokens)``, False full sequences.
+    weight_scale, token_scale : float or None, default=None
+        Standard deviations of the teacher's and of the tokens' entries; None
+        means ``1 / sqrt(d)`` and ``1 / sqrt(n_tokens)``.
     decays : None, float or array-like of shape (n_heads,), default=None
-        Fixed decay of each head of the teacher, in (0, 1] (retention, as
-        :func:`~sklearn_linattn.mhla_forward` reads it); None: no decay.  The
-        teacher is then learned by ``LinearAttentionRegressor(decay=...)``
-        with its distinct decays.
+        Decay of each teacher head, in (0, 1]; None: no decay.
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds the weights, tokens, lengths and noise.
     return_params : bool, default=False
@@ -174,77 +133,32 @@ def make_random_mhla(
 
     Returns
     -------
-    X : ndarray of shape (n_samples, n_tokens, d), float64
-        Token sequences; padded tokens (if any) are all NaN.
-    y : ndarray of float64
-        ``readout="last"``: shape (n_samples,) if ``d_out == 1`` else
-        (n_samples, d_out).  ``readout="all"``: shape (n_samples, n_tokens) if
-        ``d_out == 1`` else (n_samples, n_tokens, d_out), NaN exactly at the
-        padded positions.
+    X : ndarray of shape (n_samples, n_tokens, d)
+        Token sequences; padded tokens are all NaN.
+    y : ndarray of shape (n_samples[, n_tokens][, d_out])
+        With ``n_tokens`` for ``readout="all"`` (NaN at padding), ``d_out`` if > 1.
     params : dict
-        Only with ``return_params=True``:
-
-        - ``"V"``: ndarray of shape (n_heads, d_out, d), the value matrices;
-        - ``"Q"``: ndarray of shape (n_heads, d, d), the key-query matrices;
-        - ``"lengths"``: ndarray of shape (n_samples,), int64, the number of
-          real tokens of each sequence;
-        - ``"decays"``: ndarray of shape (n_heads,), the decay of each head,
-          or None without ``decays``.
-
-        Without noise, ``y`` equals ``mhla_forward(X0, V, Q, lengths,
-        readout=readout, decays=decays)`` (with its output axis dropped when
-        ``d_out == 1``), where ``X0`` is ``X`` with NaN replaced by 0.
+        With ``return_params=True`` only: ``"V"``, ``"Q"``, ``"lengths"`` and
+        ``"decays"`` (None without decays).
 
     See Also
     --------
-    sklearn_linattn.mhla_forward : the teacher's forward pass.
-
-    Notes
-    -----
-    The teacher computes ``y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)`` (sum
-    over the prefix up to each position for ``readout="all"``).  Random draws
-    are made in this order: V, Q, tokens, lengths, noise.
-
-    The paper's layer also divides its scores by sqrt(d) and averages its
-    heads (``V_h = P_h / (H sqrt(d))``, :func:`~sklearn_linattn.heads_from_paper`):
-    with the same N(0, 1/d) draws its targets are these divided by
-    ``H sqrt(d)``.  The closed form is unaffected; gradient-based learners
-    compared with the paper's curves should be given ``y / (H sqrt(d))``.
+    sklearn_linattn.mhla_forward : The teacher's forward pass.
 
     References
     ----------
-    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time",
-       arXiv:2410.10101, Sec. 4.1.
+    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time", arXiv:2410.10101.
 
     Examples
     --------
     >>> import numpy as np
     >>> from sklearn_linattn import mhla_forward
     >>> from sklearn_linattn.datasets import make_random_mhla
-    >>> X, y, params = make_random_mhla(
-    ...     50, 10, 3, n_heads=2, readout="all", random_state=0, return_params=True
-    ... )
-    >>> X.shape, y.shape, params["V"].shape, params["Q"].shape
-    ((50, 10, 3), (50, 10), (2, 1, 3), (2, 3, 3))
-    >>> y_teacher = mhla_forward(X, params["V"], params["Q"], readout="all")
-    >>> bool(np.allclose(y, y_teacher[..., 0]))
+    >>> X, y, params = make_random_mhla(50, 10, 3, n_heads=2, random_state=0, return_params=True)
+    >>> X.shape, y.shape, params["V"].shape
+    ((50, 10, 3), (50,), (2, 1, 3))
+    >>> bool(np.allclose(y, mhla_forward(X, params["V"], params["Q"])[:, 0]))
     True
-
-    Variable lengths pad with trailing NaN tokens:
-
-    >>> X, y = make_random_mhla(4, 6, 2, variable_length=(2, 6), random_state=0)
-    >>> np.isnan(X).all(axis=2).sum(axis=1)  # padded tokens per sequence
-    array([4, 3, 2, 0])
-    >>> y.shape
-    (4,)
-
-    A teacher with one head of decay 1 and one of decay 0.5, learned back:
-
-    >>> from sklearn_linattn import LinearAttentionRegressor
-    >>> X, y = make_random_mhla(200, 6, 2, n_heads=2, decays=[1.0, 0.5], random_state=0)
-    >>> model = LinearAttentionRegressor(decay=(1.0, 0.5), n_heads="auto").fit(X, y)
-    >>> model.head_decays_.tolist()
-    [1.0, 0.5]
     """
     n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
     n_tokens = check_number(n_tokens, "n_tokens", integer=True, low=1)
@@ -311,47 +225,23 @@ def make_associative_memory(
     random_state=None,
     return_params=False,
 ):
-    """Key-value retrieval sequences labelled by the one-head associative memory.
+    """Key-value retrieval sequences labelled by the one-head associative memory (paper Sec. 4.2).
 
-    The task of the paper's Sec. 4.2.  Each sequence stores d key-value pairs
-    as tokens ``(k_j; v_j)`` in R^(2d), j = 1..d, followed by a query token
-    ``(q; zeta)`` whose key part q is one of the d keys, chosen uniformly, and
-    whose value part zeta ~ N(0, I_d) is a distractor.  The targets are the
-    output of the one-head MHLA with ``V = [[0, 0], [0, I]]`` and
-    ``Q = [[I, 0], [0, 0]]`` (2d x 2d blocks), the query token's own term
-    included, so the data is exactly realizable:
-
-        y = (0; sum_j v_j (k_j . q) + zeta (q . q))
-
-    With orthonormal keys this is ``(0; v_q + zeta)``: the memory retrieves
-    the value stored under the query key (plus the query's own value part).
+    Each sequence holds d tokens ``(k_j; v_j)``, then ``(q; zeta)`` with q one of
+    the keys; ``y`` is the memory's exact output.  See the user guide's :doc:`/programs` page.
 
     Parameters
     ----------
-    n_samples : int, default=100
-        Number of sequences.
-    d : int, default=4
-        Dimension of keys and values; tokens have dimension 2d and each
-        sequence has d + 1 tokens.  The paper uses d = 4.
+    n_samples, d : int, default=100, 4
+        Number of sequences; dimension of keys and values (tokens have 2d).
     distribution : {"gaussian", "orthonormal", "mixture"}, default="gaussian"
-        ``"gaussian"``: keys and values have i.i.d. N(0, 1/d) entries (so that
-        ``E ||k_j||^2 = 1``, the same as an orthonormal key).
-        ``"orthonormal"``: the d keys are the rows of a random (Haar)
-        orthogonal matrix, and so are the d values (an independent one),
-        redrawn for every sample.  ``"mixture"``: each sample is orthonormal
-        with probability ``p_orthonormal``, Gaussian otherwise.  The paper's
-        finding: Gaussian data identifies the memory, orthonormal data does
-        not.
+        Keys and values with N(0, 1/d) entries, or rows of random orthogonal
+        matrices, or either per sample (orthonormal with ``p_orthonormal``).
     p_orthonormal : float in [0, 1], default=0.5
-        Probability of an orthonormal sample; used only with
-        ``distribution="mixture"`` (sweep it to sweep lambda_min).
+        Probability of an orthonormal sample with ``distribution="mixture"``.
     targets : {"token", "value"}, default="token"
-        ``"token"``: the paper's V literally, d_out = 2d; the first d outputs
-        (the key part of the output token) are identically zero.
-        ``"value"``: only the value part, ``V = [[0, I]]`` of shape d x 2d,
-        d_out = d.  Prefer it for scoring: scikit-learn's R^2 of an
-        identically-zero output is 0 unless the prediction is exactly 0, so a
-        perfect fit of the ``"token"`` targets scores about 0.5.
+        The whole output token (d_out = 2d, the key half zero) or its value
+        part only (d_out = d; better for R^2 scoring).
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds the sample kinds, keys, values, query choices and zeta.
     return_params : bool, default=False
@@ -359,46 +249,24 @@ def make_associative_memory(
 
     Returns
     -------
-    X : ndarray of shape (n_samples, d + 1, 2 * d), float64
+    X : ndarray of shape (n_samples, d + 1, 2 * d)
         ``X[i, j] = (k_j; v_j)`` for j < d and ``X[i, d] = (q; zeta)``.
-    y : ndarray of shape (n_samples, d_out), float64
-        ``mhla_forward(X, V, Q)``; d_out = 2d (``targets="token"``) or d
-        (``targets="value"``; shape (n_samples,) when d = 1).
+    y : ndarray of shape (n_samples, d_out)
+        ``mhla_forward(X, V, Q)`` (shape (n_samples,) when d_out = 1).
     params : dict
-        Only with ``return_params=True``:
-
-        - ``"V"``: ndarray of shape (1, d_out, 2 * d), the value matrix;
-        - ``"Q"``: ndarray of shape (1, 2 * d, 2 * d), the key-query matrix;
-        - ``"orthonormal"``: bool ndarray of shape (n_samples,), which
-          samples have orthonormal keys and values;
-        - ``"query_index"``: int64 ndarray of shape (n_samples,), the key
-          ``j`` with ``q = k_j``.
-
-    Notes
-    -----
-    ``x_t^T Q x_q = k_t . q`` for the key-query matrix above, and ``V`` keeps
-    the value part of each token, whence the closed form of y.  Orthonormal
-    keys make the cubic features rank-deficient (the identifiability
-    certificate fails); Gaussian keys do not.
+        With ``return_params=True`` only: ``"V"``, ``"Q"``, ``"orthonormal"``
+        (bool per sample) and ``"query_index"`` (the j with ``q = k_j``).
 
     References
     ----------
-    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time",
-       arXiv:2410.10101, Sec. 4.2.
+    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time", arXiv:2410.10101.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from sklearn_linattn.datasets import make_associative_memory
-    >>> X, y, params = make_associative_memory(
-    ...     5, 3, distribution="orthonormal", random_state=0, return_params=True
-    ... )
-    >>> X.shape, y.shape, params["V"].shape
-    ((5, 4, 6), (5, 6), (1, 6, 6))
-    >>> keys, values, zeta = X[:, :3, :3], X[:, :3, 3:], X[:, 3, 3:]
-    >>> retrieved = values[np.arange(5), params["query_index"]]
-    >>> bool(np.allclose(y[:, 3:], retrieved + zeta)), bool(np.all(y[:, :3] == 0))
-    (True, True)
+    >>> X, y = make_associative_memory(5, 3, targets="value", random_state=0)
+    >>> X.shape, y.shape
+    ((5, 4, 6), (5, 3))
     """
     n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
     d = check_number(d, "d", integer=True, low=1)
@@ -460,21 +328,15 @@ def make_associative_memory(
 def dfa_vocabulary(n_states, alphabet_size):
     """Token vocabulary of :func:`make_dfa_execution`, in one-hot order.
 
-    States ``"q0" .. "q{n_states-1}"``, then letters ``"a0" ..
-    "a{alphabet_size-1}"``, then ``"("``, ``")"`` and the separator ``"|"``.
-
     Parameters
     ----------
-    n_states : int
-        Number of DFA states.
-    alphabet_size : int
-        Number of letters.
+    n_states, alphabet_size : int
+        Number of DFA states and of letters.
 
     Returns
     -------
     vocabulary : list of str
-        ``vocabulary[i]`` is the token whose one-hot vector is ``e_i``;
-        length ``n_states + alphabet_size + 3``.
+        States ``"q<s>"``, letters ``"a<w>"``, then ``"("``, ``")"`` and ``"|"``.
 
     Examples
     --------
@@ -503,45 +365,20 @@ def make_dfa_execution(
 ):
     """Strings asking to execute a random finite automaton, for next-token prediction.
 
-    The task of the paper's App. G.4.  Each sample draws a deterministic
-    finite automaton (DFA) with transition function
-    ``delta: states x letters -> states`` uniformly at random (every entry
-    independently uniform over the states), start state ``q0``, and a word of
-    ``word_length`` letters drawn uniformly.  The sample is the string
-
-        ( s w delta(s, w) )  for every state s and letter w   [5 tokens each]
-        |                                                     [separator]
-        w_0 w_1 ... w_{L-1}                                   [the word]
-        |                                                     [separator]
-        s^0 w_0 s^1  s^1 w_1 s^2  ...  s^{L-1} w_{L-1} s^L    [the history]
-
-    with ``s^0 = q0`` and ``s^{t+1} = delta(s^t, w_t)``.  The table lists the
-    relations in a fixed order, state-major: (q0, a0), (q0, a1), ..., (q1,
-    a0), ...  The string has ``n_chars = 5 * n_states * alphabet_size +
-    4 * word_length + 2`` tokens, each embedded as a one-hot vector over the
-    vocabulary of :func:`dfa_vocabulary` (no positional encoding).
-
-    The learning problem is next-token prediction with teacher forcing:
-    ``X`` holds the first ``n_chars - 1`` tokens and ``y[:, t]`` the one-hot
-    token ``t + 1``, so that ``y`` fits a ``readout="all"`` model directly.
+    The task of the paper's App. G.4: a random transition table, a random word
+    and the computation history, as one-hot tokens over :func:`dfa_vocabulary`;
+    ``y[:, t]`` is token ``t + 1`` (teacher forcing, for ``readout="all"``).
+    See the user guide's :doc:`/programs` page for the layout.
 
     Parameters
     ----------
     n_samples : int, default=100
         Number of strings.
-    n_states : int, default=3
-        Number of DFA states.
-    alphabet_size : int, default=2
-        Number of letters.
-    word_length : int, default=5
-        Number of letters L of the word (and of steps in the history).
+    n_states, alphabet_size, word_length : int, default=3, 2, 5
+        Number of DFA states, of letters, and letters L of the word.
     targets : {"all", "history"}, default="all"
-        ``"all"``: a target at every position.  ``"history"``: targets only
-        where the next token belongs to the computation history (positions
-        ``history_start - 1`` to the end, the part the DFA determines), NaN
-        elsewhere.  Note that scikit-learn-style estimators accept NaN targets
-        only at padded positions; use ``"history"`` to score predictions,
-        ``"all"`` to fit.
+        A target at every position, or NaN except where the next token belongs
+        to the history (for scoring; estimators accept NaN only at padding).
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds the DFAs and the words.
     return_params : bool, default=False
@@ -549,59 +386,27 @@ def make_dfa_execution(
 
     Returns
     -------
-    X : ndarray of shape (n_samples, n_chars - 1, vocab_size), float64
-        One-hot tokens of the string without its last token;
-        ``vocab_size = n_states + alphabet_size + 3``.
-    y : ndarray of shape (n_samples, n_chars - 1, vocab_size), float64
-        ``y[:, t]`` is the one-hot of token ``t + 1`` (``y[:, t] == X[:, t +
-        1]`` for ``t < n_chars - 2``; ``y[:, -1]`` is the final state
-        ``s^L``).  With ``targets="history"``, ``y[:, :history_start - 1]``
-        is NaN.
+    X, y : ndarray of shape (n_samples, n_chars - 1, n_states + alphabet_size + 3)
+        One-hot tokens ``0 .. n_chars - 2`` and ``1 .. n_chars - 1`` of the
+        string of ``n_chars = 5 * n_states * alphabet_size + 4 * L + 2`` tokens.
     params : dict
-        Only with ``return_params=True``:
-
-        - ``"vocabulary"``: list of str, the tokens in one-hot order;
-        - ``"transitions"``: int64 ndarray of shape (n_samples, n_states,
-          alphabet_size), ``delta[i, s, w]``;
-        - ``"words"``: int64 ndarray of shape (n_samples, word_length), letter
-          indices (letter ``w`` is vocabulary entry ``n_states + w``);
-        - ``"states"``: int64 ndarray of shape (n_samples, word_length + 1),
-          the states ``s^0 = 0, s^1, ..., s^L`` visited;
-        - ``"tokens"``: int64 ndarray of shape (n_samples, n_chars), the
-          whole string as vocabulary indices (``X`` is the one-hot of
-          ``tokens[:, :-1]``, ``y`` of ``tokens[:, 1:]``);
-        - ``"history_start"``: int, index in ``tokens`` of ``s^0``.
-
-    Notes
-    -----
-    One-hot inputs make the cubic features sparse and rank-deficient: the
-    global identifiability certificate fails, and per-input coverage is the
-    relevant check.  Append positional encodings yourself if a construction
-    needs them, e.g. ``np.concatenate([X, np.broadcast_to(np.eye(n)[None],
-    (len(X), n, n))], axis=2)`` with ``n = X.shape[1]``.
+        With ``return_params=True`` only: ``"vocabulary"``, ``"transitions"``,
+        ``"words"``, ``"states"`` (as :func:`~sklearn_linattn.programs.run_dfa`),
+        ``"tokens"`` (the string as indices) and ``"history_start"``.
 
     References
     ----------
-    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time",
-       arXiv:2410.10101, App. G.4.
+    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time", arXiv:2410.10101.
 
     Examples
     --------
-    >>> import numpy as np
     >>> from sklearn_linattn.datasets import make_dfa_execution
-    >>> X, y, params = make_dfa_execution(
-    ...     2, n_states=3, alphabet_size=2, word_length=4, random_state=2,
-    ...     return_params=True,
-    ... )
-    >>> X.shape, y.shape  # 5 * 3 * 2 + 4 * 4 + 2 = 48 tokens, 3 + 2 + 3 = 8 symbols
-    ((2, 47, 8), (2, 47, 8))
-    >>> names = [params["vocabulary"][i] for i in params["tokens"][0]]
-    >>> " ".join(names[:30])  # the transition table
-    '( q0 a0 q0 ) ( q0 a1 q1 ) ( q1 a0 q0 ) ( q1 a1 q2 ) ( q2 a0 q2 ) ( q2 a1 q0 )'
-    >>> " ".join(names[30:])  # separator, word, separator, history
+    >>> X, y, params = make_dfa_execution(2, n_states=3, alphabet_size=2, word_length=4,
+    ...                                   random_state=2, return_params=True)
+    >>> X.shape  # 5 * 3 * 2 + 4 * 4 + 2 = 48 tokens, 3 + 2 + 3 = 8 symbols
+    (2, 47, 8)
+    >>> " ".join(params["vocabulary"][i] for i in params["tokens"][0, 30:])
     '| a0 a1 a1 a1 | q0 a0 q0 q0 a1 q1 q1 a1 q2 q2 a1 q0'
-    >>> bool(np.array_equal(y[:, :-1], X[:, 1:]))
-    True
     """
     n_samples = check_number(n_samples, "n_samples", integer=True, low=1)
     n_states = check_number(n_states, "n_states", integer=True, low=1)

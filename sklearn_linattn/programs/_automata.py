@@ -12,12 +12,8 @@ from ._compiler import CompiledProgram, Program, _rule_table_codes
 def associative_memory_program(d):
     """The associative memory of the paper's Sec. 4.2 as a one-lookup program.
 
-    Tokens have a ``"key"`` and a ``"value"`` attribute over ``range(d)``;
-    the last token's key looks up the stored pair with that key and writes
-    its value.  Compiled, ``V = [[0, 0], [0, I]]`` and ``Q = [[I, 0], [0,
-    0]]`` (d x d blocks): the weights of
-    :func:`~sklearn_linattn.datasets.make_associative_memory`.  The same
-    weights retrieve from any orthonormal keys, not only one-hot ones.
+    Tokens have ``"key"`` and ``"value"`` attributes over ``range(d)``; the last
+    token's key retrieves the value stored under it.
 
     Parameters
     ----------
@@ -33,10 +29,8 @@ def associative_memory_program(d):
     --------
     >>> from sklearn_linattn.programs import associative_memory_program
     >>> memory = associative_memory_program(3)
-    >>> prompt = [{"key": 0, "value": 2}, {"key": 1, "value": 0}, {"key": 2, "value": 1},
-    ...           {"key": 2}]
-    >>> memory.decode(memory.run([prompt], 1)[0])[-1]
-    {'value': 1}
+    >>> memory.decode(memory.run([[{"key": 0, "value": 2}, {"key": 0}]], 1)[0])[-1]
+    {'value': 2}
     """
     d = check_number(d, "d", integer=True, low=1)
     return (Program()
@@ -49,20 +43,18 @@ def associative_memory_program(d):
 def dfa_transition_program(n_states, alphabet_size):
     """One DFA transition as one lookup: find ``delta(s, w)`` in a table of tokens.
 
-    Attributes: table tokens carry ``"table_key"`` (a pair (s, w)) and
-    ``"table_next"`` (a state); the query token carries ``"current"`` (a
-    pair); the program writes ``"next_state"``.
+    Table tokens carry ``"table_key"`` = (s, w) and ``"table_next"``; the query
+    token carries ``"current"`` = (s, w); the program writes ``"next_state"``.
 
     Parameters
     ----------
     n_states, alphabet_size : int
-        Number of states and of letters of the automata whose transition
-        tables the program reads.
+        Bounds on the states and letters of the automata read.
 
     Returns
     -------
     program : CompiledProgram
-        Token dimension ``2 * n_states * alphabet_size + 2 * n_states``, one head.
+        Token dimension ``2 * n_states * (alphabet_size + 1)``, one head.
 
     Examples
     --------
@@ -92,10 +84,9 @@ def run_dfa(transitions, words, *, start=0):
     Parameters
     ----------
     transitions : array-like of int, shape (n, n_states, alphabet_size)
-        ``transitions[i, s, w]`` is the state automaton i moves to from s on
-        letter w.
+        ``transitions[i, s, w]``: the state automaton i enters from s on letter w.
     words : array-like of int, shape (n, length)
-        Letters; -1 marks the end of a shorter word (trailing only).
+        Letters; trailing -1 ends a shorter word.
     start : int, default=0
         State every automaton starts in.
 
@@ -158,9 +149,7 @@ def _check_dfa(transitions, words):
 class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
     """A universal DFA executor compiled into linear attention.
 
-    Built by :func:`dfa_executor_program` (see there for the construction);
-    not constructed directly.  It has the attributes and methods of
-    :class:`CompiledProgram`, and runs automata given as arrays.
+    A :class:`CompiledProgram`, built by :func:`dfa_executor_program`.
 
     Attributes
     ----------
@@ -171,8 +160,6 @@ class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
     --------
     >>> from sklearn_linattn.programs import dfa_executor_program
     >>> executor = dfa_executor_program(2, 2, 3)
-    >>> executor.n_states, executor.alphabet_size, executor.max_word_length
-    (2, 2, 3)
     >>> executor.execute([[[0, 1], [1, 0]]], [[1, 0, 1]])  # parity of the word 101
     array([[0, 1, 1, 0]])
     """
@@ -203,25 +190,23 @@ class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
         Parameters
         ----------
         transitions : array-like of int, shape (n, n_states, alphabet_size)
-            Within the executor's bounds (fewer states or letters are fine).
+            Within the executor's bounds.
         words : array-like of int, shape (n, length)
-            -1 after the end of shorter words.
+            Non-empty words; trailing -1 ends a shorter word.
 
         Returns
         -------
         X : ndarray of shape (n, n_tokens, d)
-            ``n_states * alphabet_size`` table tokens, the word's tokens, then
-            the start token (state 0 at step 0); NaN-padded for shorter words.
+            ``n_states * alphabet_size`` table tokens, the word, then the start
+            token; NaN-padded.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import dfa_executor_program
         >>> executor = dfa_executor_program(2, 2, 3)
         >>> X = executor.prompts([[[0, 1], [1, 0]]], [[1, 0]])
-        >>> X.shape  # 4 table tokens, 2 letters, the start token
-        (1, 7, 35)
-        >>> executor.decode(X[0])[-2:]  # the last letter, the start token
-        [{'word_index': 1, 'letter_at': (0, 1)}, {'state_at': (0, 0)}]
+        >>> X.shape, executor.decode(X[0])[-1]  # 4 table tokens, 2 letters, the start token
+        ((1, 7, 35), {'state_at': (0, 0)})
         """
         return self._prompts(*self._check_bounds(transitions, words))
 
@@ -250,30 +235,24 @@ class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
 
         Parameters
         ----------
-        transitions : array-like of int, shape (n, n_states, alphabet_size)
-            The automata, as for :meth:`prompts`.
-        words : array-like of int, shape (n, length)
-            Their words, as for :meth:`prompts`.
+        transitions, words : array-like of int
+            The automata and their words, as for :meth:`prompts`.
         model : None or estimator with ``generate``, default=None
-            None runs the compiled program; otherwise ``model.generate(prompts,
-            n_steps, rounding=self.round)`` (e.g. a fitted
-            :class:`~sklearn_linattn.LinearAttentionRegressor`).
+            None runs the compiled program, else ``model.generate`` rounding with :meth:`round`.
 
         Returns
         -------
         sequences : ndarray of shape (n, n_tokens, d)
-            Each prompt and its ``2 * len(word)`` history tokens (a letter
-            token, then a state token, per letter), NaN-padded.
+            Each prompt and two tokens per letter (transition, then state),
+            NaN-padded.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import dfa_executor_program
         >>> executor = dfa_executor_program(2, 2, 3)
         >>> out = executor.histories([[[0, 1], [1, 0]]], [[1, 0]])
-        >>> out.shape  # 7 prompt tokens, then 2 per letter
-        (1, 11, 35)
-        >>> executor.decode(out[0])[-2:]  # the last step: (state, letter, step), new state
-        [{'transition': (1, 0, 1)}, {'state_at': (1, 2)}]
+        >>> out.shape, executor.decode(out[0])[-1]  # 7 prompt tokens, 2 per letter
+        ((1, 11, 35), {'state_at': (1, 2)})
         """
         return self._histories(*self._check_bounds(transitions, words), model)
 
@@ -293,30 +272,23 @@ class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
 
         Parameters
         ----------
-        transitions : array-like of int, shape (n, n_states, alphabet_size)
-            The automata, as for :meth:`prompts`.
-        words : array-like of int, shape (n, length)
-            Their words, as for :meth:`prompts`.
+        transitions, words : array-like of int
+            The automata and their words, as for :meth:`prompts`.
         model : None or estimator with ``generate``, default=None
-            What generates the histories, as for :meth:`histories` (None: the
-            compiled program).
+            What generates the histories, as for :meth:`histories`.
 
         Returns
         -------
         states : ndarray of int, shape (n, length + 1)
-            Like :func:`run_dfa`: -1 after each word's end, and -1 where a
-            model's state token is not a clean one-hot of a (state, step) pair
+            As :func:`run_dfa`; also -1 where a state token is not a clean one-hot
             with the right step.
 
         Examples
         --------
-        >>> import numpy as np
         >>> from sklearn_linattn.programs import dfa_executor_program
         >>> executor = dfa_executor_program(2, 2, 3)
-        >>> parity = np.array([[[0, 1], [1, 0]]] * 2)  # two copies: count the 1s, mod 2
-        >>> executor.execute(parity, np.array([[1, 1, 0], [1, -1, -1]]))  # words 110 and 1
-        array([[ 0,  1,  0,  0],
-               [ 0,  1, -1, -1]])
+        >>> executor.execute([[[0, 1], [1, 0]]], [[1, -1, -1]])  # parity of the word 1
+        array([[ 0,  1, -1, -1]])
         """
         transitions, words, lengths = self._check_bounds(transitions, words)
         out = self._histories(transitions, words, lengths, model)
@@ -335,29 +307,8 @@ class DFAExecutor(CompiledProgram):  # numpydoc ignore=PR01
 def dfa_executor_program(n_states, alphabet_size, max_word_length):
     """Compile a universal DFA executor: given a transition table and a word, write the history.
 
-    The prompt lists the automaton's transition table (one token per pair
-    (s, w) with attributes ``table_key = (s, w)`` and ``table_next =
-    delta(s, w)``), the word (token t has ``word_index = t`` and
-    ``letter_at = (w_t, t)``) and a start token ``state_at = (0, 0)``.  Each
-    step of the automaton then takes two generated tokens:
-
-    - from a state token ``state_at = (s, t)``, heads ``read letter | s``
-      (one per state s) look up the word token with index t and write
-      ``transition = (s, w_t, t)``;
-    - from a letter token ``transition = (s, w, t)``, heads ``step t`` (one
-      per step t) look up the table token with key (s, w) and write
-      ``state_at = (delta(s, w), t + 1)``.
-
-    A bilinear score can only test one attribute of the last token against
-    one of the other token, so everything a step needs is carried in one
-    attribute of product alphabet, and the part of it that the looked-up
-    token does not hold (s, resp. t) selects the head: ``n_states +
-    max_word_length`` heads in all.  Keys are unique (one table token per
-    pair, one word token per index), so exactly one token matches and the
-    outputs are exact 0/1 vectors: the executor is exact on every automaton
-    with at most ``n_states`` states and ``alphabet_size`` letters and every
-    word of at most ``max_word_length`` letters.  No positional encoding is
-    needed.
+    Exact on every automaton and word within the bounds; see the user guide's
+    :doc:`/programs` page for the construction.
 
     Parameters
     ----------
@@ -367,26 +318,21 @@ def dfa_executor_program(n_states, alphabet_size, max_word_length):
     Returns
     -------
     executor : DFAExecutor
-        Token dimension ``d = S A + S + L + A L + S (L + 1) + S A L`` for S
-        states, A letters, L letters per word (44 for S = A = 2, L = 4).
+        ``n_states + max_word_length`` heads.
 
     See Also
     --------
-    run_dfa : the same histories from a plain loop.
+    run_dfa : The same histories from a plain loop.
 
     Examples
     --------
     >>> import numpy as np
     >>> from sklearn_linattn.programs import dfa_executor_program, run_dfa
-    >>> executor = dfa_executor_program(2, 2, 4)
-    >>> executor.d, executor.n_heads
-    (44, 6)
-    >>> parity = np.array([[[0, 1], [1, 0]]])  # counts the letters 1, mod 2
-    >>> words = np.array([[1, 1, 0, 1]])
-    >>> executor.execute(parity, words)
+    >>> parity, words = np.array([[[0, 1], [1, 0]]]), np.array([[1, 1, 0, 1]])
+    >>> dfa_executor_program(2, 2, 4).execute(parity, words)  # count the 1s, mod 2
     array([[0, 1, 0, 0, 1]])
-    >>> bool(np.array_equal(executor.execute(parity, words), run_dfa(parity, words)))
-    True
+    >>> run_dfa(parity, words)
+    array([[0, 1, 0, 0, 1]])
     """
     S = check_number(n_states, "n_states", integer=True, low=1)
     A = check_number(alphabet_size, "alphabet_size", integer=True, low=1)

@@ -52,38 +52,27 @@ def _is_tokens(prompts):
 
 
 class Program:
-    """A lookup program: attributes with finite alphabets and lookup heads.
+    """A lookup program: attributes with finite alphabets, and one head per primitive.
 
-    Declare attributes, then primitives; :meth:`compile` lays the attributes
-    out as one-hot blocks (in declaration order) and returns the value and
-    key-query matrices, one head per primitive.
+    See the user guide's :doc:`/programs` page.
 
     Parameters
     ----------
     max_length : int or None, default=None
-        With an int, tokens carry a one-hot positional encoding (attribute
-        ``"position"``, values ``0 .. max_length - 1``, filled in by
-        :meth:`CompiledProgram.encode`), and the compiled program has one more
-        head, first, that writes ``position + 1`` into every generated token.
-        :meth:`copy` and :meth:`if_then` need positions.
+        With an int, tokens carry a one-hot ``"position"`` attribute, advanced by
+        a first head; :meth:`copy` and :meth:`if_then` need it.
 
     See Also
     --------
-    CompiledProgram : the compiled weights, encoding and execution.
+    CompiledProgram : The compiled weights, encoding and execution.
 
     Examples
     --------
-    Copy the letter two tokens back (a shift register):
-
     >>> from sklearn_linattn.programs import Program
-    >>> program = (Program(max_length=8)
-    ...            .attribute("letter", "ab")
-    ...            .copy("letter", offset=-2)
-    ...            .compile())
-    >>> program.d, program.n_heads  # 8 positions + 2 letters; position + copy heads
-    (10, 2)
-    >>> out = program.run(program.encode([[{"letter": "a"}, {"letter": "b"}]]), 4)
-    >>> "".join(t["letter"] for t in program.decode(out[0]))
+    >>> shift = (Program(max_length=8).attribute("letter", "ab")
+    ...          .copy("letter", offset=-2).compile())
+    >>> out = shift.run([[{"letter": "a"}, {"letter": "b"}]], 4)
+    >>> "".join(t["letter"] for t in shift.decode(out[0]))
     'ababab'
     """
 
@@ -126,15 +115,14 @@ class Program:
         Parameters
         ----------
         name : str
-            Attribute name; ``"position"`` is reserved for positions.
+            Attribute name; ``"position"`` is reserved.
         values : iterable of hashable
-            The alphabet, in one-hot order (e.g. ``range(4)``, ``"ab"``, or
-            ``itertools.product(...)`` for an attribute holding pairs).
+            The alphabet, in one-hot order, without repeats.
 
         Returns
         -------
         self : Program
-            The program, with the attribute added (for chaining).
+            The program, with the attribute added.
 
         Examples
         --------
@@ -170,46 +158,33 @@ class Program:
 
     def lookup(self, *, query, key, value, dest, match=None, write=None, scale=1.0,
                name=None):
-        """Add one head: look up ``key == match(query)``, write ``write(value)`` to ``dest``.
-
-        Every token t of the sequence (the last one included) with
-        ``t.key == match(last.query)`` contributes ``write(t.value)`` to the
-        ``dest`` attribute of the output; several matching tokens add up, so a
-        program must keep the keys it looks up unique.
+        """Add one head: tokens with ``key == match(last.query)`` add ``write(value)`` to ``dest``.
 
         Parameters
         ----------
         query, key, value, dest : str
-            Attribute names.
-        match : None, mapping or callable, default=None
-            Query value -> key value to look for, or None for "look up
-            nothing".  None means identity (query and key share values).
-        write : None, mapping or callable, default=None
-            Value -> destination value, or None for "write nothing".  None
-            means identity.
+            Declared attribute names.
+        match, write : None, mapping or callable, default=None
+            Query value -> key value, and value -> ``dest`` value; a None result
+            looks up or writes nothing.  None means identity.
         scale : float, default=1.0
-            Multiplies what the head writes.  ``-1`` subtracts: paired with a
-            ``+1`` head it lets matches cancel, as in the telescoping tape of
-            :func:`turing_machine_program`.
+            Non-zero factor on what the head writes; ``-1`` subtracts.
         name : str or None, default=None
             Head name (default ``"lookup <dest> <- <value> by <key>"``).
 
         Returns
         -------
         self : Program
-            The program, with the head added (for chaining).
+            The program, with the head added.
 
         Examples
         --------
-        The last token asks for the age of the other name:
-
         >>> from sklearn_linattn.programs import Program
         >>> other = (Program().attribute("name", "ab").attribute("age", range(3))
         ...          .lookup(query="name", key="name", value="age", dest="age",
-        ...                  match={"a": "b", "b": "a"})
-        ...          .compile())
+        ...                  match={"a": "b", "b": "a"}).compile())
         >>> prompt = [{"name": "a", "age": 2}, {"name": "b", "age": 0}, {"name": "a"}]
-        >>> other.decode(other.run([prompt], 1)[0])[-1]
+        >>> other.decode(other.run([prompt], 1)[0])[-1]  # the age of the other name
         {'age': 0}
         """
         for attr, role in ((query, "query"), (key, "key"), (value, "value"), (dest, "dest")):
@@ -227,33 +202,28 @@ class Program:
         return self
 
     def copy(self, attribute, *, offset=-1, dest=None, write=None, name=None):
-        """Add one head copying an attribute from a fixed relative position.
+        """Add one head copying an attribute from a fixed relative position (needs positions).
 
         Parameters
         ----------
         attribute : str
             Attribute to copy.
         offset : int, default=-1
-            Source position relative to the token being generated: -1 is the
-            last token of the sequence, -2 the one before, and so on.
+            Source position relative to the generated token: -1 is the last token.
         dest : str or None, default=None
-            Destination attribute (default: ``attribute``); its alphabet must
-            contain the copied (mapped) values.
+            Destination attribute (default: ``attribute``).
         write : None, mapping or callable, default=None
-            Map applied to the copied value, as in :meth:`lookup` (None:
-            identity).  ``offset=-1`` with a map transforms the last token.
+            Map applied to the copied value, as in :meth:`lookup` (None: identity).
         name : str or None, default=None
             Head name (default ``"copy <dest> <- <attribute>[<offset>]"``).
 
         Returns
         -------
         self : Program
-            The program, with the head added (for chaining).
+            The program, with the head added.
 
         Examples
         --------
-        Copy the last bit, flipped:
-
         >>> from sklearn_linattn.programs import Program
         >>> flip = (Program(max_length=4).attribute("bit", [0, 1])
         ...         .copy("bit", write={0: 1, 1: 0}).compile())
@@ -276,23 +246,14 @@ class Program:
                            name=name or f"copy {dest} <- {attribute}[{offset}]")
 
     def if_then(self, attribute, table, *, dest=None, name=None):
-        """Add one head: if the last token's attribute equals a, write table[a] to dest.
-
-        The paper's if-then primitive (its Algorithm 5) spends k tokens writing
-        the table (a_i, b_i) into scratch attributes and then looks the
-        attribute up in it.  A constant table needs neither: the head looks up
-        the last token itself (by its position) and maps the value through the
-        table in its value matrix.  A table that is *data* -- written in the
-        sequence, like a DFA's transition table -- is a plain :meth:`lookup`
-        into the tokens that hold it.
+        """Add one head: if the last token's attribute is a, write ``table[a]`` (needs positions).
 
         Parameters
         ----------
         attribute : str
-            Attribute of the last token that the table reads.
+            Attribute of the last token read.
         table : mapping
-            Value of ``attribute`` -> value of ``dest``; values not in the
-            table write nothing.
+            Value of ``attribute`` -> value of ``dest``; other values write nothing.
         dest : str or None, default=None
             Destination attribute (default: ``attribute``).
         name : str or None, default=None
@@ -301,12 +262,10 @@ class Program:
         Returns
         -------
         self : Program
-            The program, with the head added (for chaining).
+            The program, with the head added.
 
         Examples
         --------
-        A counter modulo 3:
-
         >>> from sklearn_linattn.programs import Program
         >>> counter = (Program(max_length=5).attribute("state", range(3))
         ...            .if_then("state", {0: 1, 1: 2, 2: 0}).compile())
@@ -328,22 +287,19 @@ class Program:
         Returns
         -------
         program : CompiledProgram
-            The weights (one head per primitive, after the position head when
-            there are positions) and the token encoding.
+            One head per primitive, after the position head when there are positions.
 
         Raises
         ------
         ValueError
-            No lookup; a ``match`` or ``write`` table producing a value outside
-            the target attribute's alphabet; a head that never matches or
-            never writes.
+            No lookup; a ``match`` or ``write`` value outside the target alphabet;
+            a head that never matches or never writes.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import Program
-        >>> program = (Program().attribute("key", range(2)).attribute("value", range(2))
-        ...            .lookup(query="key", key="key", value="value", dest="value"))
-        >>> compiled = program.compile()
+        >>> compiled = (Program().attribute("key", range(2)).attribute("value", range(2))
+        ...             .lookup(query="key", key="key", value="value", dest="value").compile())
         >>> compiled.d, compiled.n_heads, compiled.head_names
         (4, 1, ['lookup value <- value by key'])
         """
@@ -392,35 +348,25 @@ class Program:
 class CompiledProgram:  # numpydoc ignore=PR01
     """Value and key-query matrices of a lookup program, with its token encoding.
 
-    Built by :meth:`Program.compile` or the program functions of
-    :mod:`sklearn_linattn.programs`; not constructed directly.
+    Built by :meth:`Program.compile` or a program function, not directly.
 
     Attributes
     ----------
-    V : ndarray of shape (n_heads, d, d)
-        Value matrices (output dimension = token dimension, so the program
-        can run autoregressively).
-    Q : ndarray of shape (n_heads, d, d)
-        Key-query matrices.
-    d : int
-        Token dimension: the sum of the alphabet sizes.
-    n_heads : int
+    V, Q : ndarray of shape (n_heads, d, d)
+        Value and key-query matrices.
+    d, n_heads : int
+        Token dimension (the sum of the alphabet sizes) and number of heads.
     head_names : list of str
-    attributes : dict
-        Attribute name -> tuple of values, in layout order.
-    layout : dict
-        Attribute name -> slice of the token vector holding its one-hot block.
+    attributes, layout : dict
+        Attribute name -> tuple of values, and -> slice of its one-hot block.
     max_length : int or None
         Number of positions, or None without positional encodings.
 
     Examples
     --------
     >>> from sklearn_linattn.programs import associative_memory_program
-    >>> memory = associative_memory_program(2)
-    >>> memory
-    CompiledProgram(d=4, n_heads=1, attributes=['key', 'value'], max_length=None)
-    >>> memory.layout, memory.V.shape, memory.head_names
-    ({'key': slice(0, 2, None), 'value': slice(2, 4, None)}, (1, 4, 4), ['retrieve'])
+    >>> associative_memory_program(2).layout
+    {'key': slice(0, 2, None), 'value': slice(2, 4, None)}
     """
 
     def __init__(self, attributes, V, Q, *, head_names, max_length=None):
@@ -458,22 +404,19 @@ class CompiledProgram:  # numpydoc ignore=PR01
         Parameters
         ----------
         tokens : list of mappings, or list of lists of mappings
-            One sequence (each token a mapping attribute -> value; absent
-            attributes are all-zero blocks), or a batch of sequences.
-            Positions are filled in (token i gets position i); do not pass them.
+            One sequence or a batch; each token maps attribute -> value (absent
+            attributes are zero blocks).  Positions are filled in; do not pass them.
 
         Returns
         -------
         X : ndarray of shape (n_tokens, d), or (n_sequences, max_tokens, d)
-            A batch is NaN-padded at the end (the package's padding rule).
+            A batch is NaN-padded at the end.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import associative_memory_program
-        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
-        >>> memory.encode([{"key": 1, "value": 0}, {"key": 0}])
-        array([[0., 1., 1., 0.],
-               [1., 0., 0., 0.]])
+        >>> associative_memory_program(2).encode([{"key": 1, "value": 0}])  # blocks: key, value
+        array([[0., 1., 1., 0.]])
         """
         if isinstance(tokens, Mapping) or not len(tokens):
             raise ValueError(
@@ -513,27 +456,21 @@ class CompiledProgram:  # numpydoc ignore=PR01
         Parameters
         ----------
         codes : mapping of str to array-like of int, each of shape (n_sequences, n_tokens)
-            For each attribute, the index of its value in the alphabet, or -1
-            where the token does not have it.  Attributes not given are absent;
-            positions are filled in.
+            Per attribute, the index of its value in the alphabet, or -1 where
+            absent.  Attributes not given are absent; positions are filled in.
         lengths : array-like of int, shape (n_sequences,), or None
             Real tokens per sequence; the rest is NaN padding.  None: all.
 
         Returns
         -------
         X : ndarray of shape (n_sequences, n_tokens, d)
-            The tokens, as :meth:`encode` makes them; sequence i is NaN from
-            token ``lengths[i]`` on.
+            The tokens, as :meth:`encode` makes them.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import associative_memory_program
-        >>> memory = associative_memory_program(2)
-        >>> memory.encode_indices({"key": [[1, 0], [0, 1]]}, lengths=[2, 1])
+        >>> associative_memory_program(2).encode_indices({"key": [[1, 0]]}, lengths=[1])
         array([[[ 0.,  1.,  0.,  0.],
-                [ 1.,  0.,  0.,  0.]],
-        <BLANKLINE>
-               [[ 1.,  0.,  0.,  0.],
                 [nan, nan, nan, nan]]])
         """
         shapes = set()
@@ -590,10 +527,6 @@ class CompiledProgram:  # numpydoc ignore=PR01
     def round(self, Y):
         """Nearest token: per attribute, the one-hot of the largest entry if it exceeds 1/2.
 
-        This is the Euclidean nearest token among all tokens whose blocks are
-        one-hot or zero (``||y - e_i||^2 < ||y||^2`` iff ``y_i > 1/2``), the
-        paper's rounding (Def. G.2) over the program's token set.
-
         Parameters
         ----------
         Y : array-like of shape (..., d)
@@ -602,16 +535,13 @@ class CompiledProgram:  # numpydoc ignore=PR01
         Returns
         -------
         tokens : ndarray of shape (..., d)
-            Each block one-hot or zero; NaN where the output has a NaN (e.g.
-            padding).
+            Each block one-hot or zero; NaN where ``Y`` has a NaN.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import associative_memory_program
-        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
-        >>> memory.round([[0.9, 0.2, 0.4, 0.6], [0.3, 0.1, 0.4, 0.45]])
-        array([[1., 0., 0., 1.],
-               [0., 0., 0., 0.]])
+        >>> associative_memory_program(2).round([0.9, 0.2, 0.4, 0.45])  # blocks: key, value
+        array([1., 0., 0., 0.])
         """
         Y = np.asarray(Y, dtype=np.float64)
         if Y.shape[-1] != self.d:
@@ -634,15 +564,13 @@ class CompiledProgram:  # numpydoc ignore=PR01
         Parameters
         ----------
         X : array-like of shape (n_tokens, d) or (n_sequences, n_tokens, d)
-            Tokens whose blocks are one-hot or zero (round raw outputs with
-            :meth:`round` first); trailing all-NaN tokens are padding and are
-            dropped.
+            Tokens whose blocks are one-hot or zero (else ValueError; see
+            :meth:`round`); trailing all-NaN tokens are dropped.
 
         Returns
         -------
         tokens : list of dict, or list of lists of dict
-            Absent attributes (zero blocks) are left out, and so are
-            positions.
+            Absent attributes and positions are left out.
 
         Examples
         --------
@@ -682,28 +610,23 @@ class CompiledProgram:  # numpydoc ignore=PR01
     def values(self, X, attribute):
         """Alphabet index of one attribute in each token (-1 where absent or not one-hot).
 
-        A lenient, vectorised reading for checking generated sequences of
-        learned models, whose tokens may be anything.
-
         Parameters
         ----------
         X : array-like of shape (..., d)
-            Token vectors, of any values (NaN padding included).
+            Token vectors of any values, NaN padding included.
         attribute : str
             The attribute to read.
 
         Returns
         -------
         index : ndarray of int, shape X.shape[:-1]
-            Index of the attribute's value in its alphabet, or -1 where the
-            block is not exactly one-hot.
+            Index of the value in the alphabet, or -1.
 
         Examples
         --------
         >>> from sklearn_linattn.programs import associative_memory_program
-        >>> memory = associative_memory_program(2)  # blocks: key (2 values), value (2)
-        >>> memory.values([[0, 1, 1, 0], [1, 0, 0, 0], [1, 0, 0.9, 0]], "value")
-        array([ 0, -1, -1])
+        >>> associative_memory_program(2).values([[0, 1, 1, 0], [1, 0, 0.9, 0]], "value")
+        array([ 0, -1])
         """
         if attribute not in self.layout:
             raise ValueError(f"unknown attribute {attribute!r}; the program's attributes: "
@@ -718,18 +641,14 @@ class CompiledProgram:  # numpydoc ignore=PR01
 
         Examples
         --------
-        >>> import numpy as np
-        >>> from sklearn_linattn import mhla_forward
         >>> from sklearn_linattn.programs import associative_memory_program
-        >>> memory = associative_memory_program(2)
-        >>> X = memory.encode([[{"key": 0, "value": 1}, {"key": 0}]])
-        >>> bool(np.array_equal(mhla_forward(X, *memory.weights), memory.forward(X)))
-        True
+        >>> [w.shape for w in associative_memory_program(2).weights]
+        [(1, 4, 4), (1, 4, 4)]
         """
         return self.V, self.Q
 
     def forward(self, X):
-        """The program's raw output at the last token of each sequence.
+        """The program's raw output (not rounded) at the last token of each sequence.
 
         Parameters
         ----------
@@ -739,8 +658,7 @@ class CompiledProgram:  # numpydoc ignore=PR01
         Returns
         -------
         Y : ndarray of shape (n_samples, d)
-            The output at the last token of each sequence, not rounded (see
-            :meth:`round`).
+            The output at the last token of each sequence.
 
         Examples
         --------
@@ -759,25 +677,20 @@ class CompiledProgram:  # numpydoc ignore=PR01
         prompts : array-like of shape (n_sequences, n_tokens, d), or tokens for :meth:`encode`
             Encoded prompts (NaN-padded) or lists of attribute mappings.
         n_steps : int
-            Tokens to generate.
+            Tokens to generate; with positions, at most ``max_length`` minus the
+            longest prompt (else ValueError).
 
         Returns
         -------
         sequences : ndarray of shape (n_sequences, max_tokens + n_steps, d)
             Prompts followed by their generated tokens, NaN-padded.
 
-        Raises
-        ------
-        ValueError
-            With positions, when a sequence would grow beyond ``max_length``.
-
         Examples
         --------
         >>> from sklearn_linattn.programs import associative_memory_program
         >>> memory = associative_memory_program(2)
-        >>> out = memory.run([[{"key": 0, "value": 1}, {"key": 0}]], 1)
-        >>> out.shape, memory.decode(out[0])
-        ((1, 3, 4), [{'key': 0, 'value': 1}, {'key': 0}, {'value': 1}])
+        >>> memory.decode(memory.run([[{"key": 0, "value": 1}, {"key": 0}]], 1)[0])
+        [{'key': 0, 'value': 1}, {'key': 0}, {'value': 1}]
         """
         if _is_tokens(prompts):
             prompts = self.encode(prompts)
@@ -799,11 +712,10 @@ class CompiledProgram:  # numpydoc ignore=PR01
 
 
 def _rule_table_codes(attributes, n, n_tok, *, key, shape, width):
-    """Codes of ``n`` prompts of ``n_tok`` tokens, all absent but a rule table.
+    """Codes of ``n`` prompts of ``n_tok`` absent tokens but a rule table.
 
-    The first ``shape[0] * shape[1]`` tokens get ``key`` = the pair (i, j),
-    row-major, in a product alphabet with ``width`` values of j (the
-    program's bound, which may exceed ``shape[1]``).
+    The first ``shape[0] * shape[1]`` tokens get ``key = (i, j)``, row-major, in
+    a product alphabet with ``width`` values of j.
     """
     codes = {attr: np.full((n, n_tok), -1, dtype=np.int64) for attr in attributes}
     i, j = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")

@@ -9,24 +9,20 @@ from .._validation import check_sequences
 def next_token_dataset(sequences, start):
     """Autoregressive training pairs: every prefix and the token that follows it.
 
-    For sequence i and every position t from ``start[i]`` to its last token,
-    the prefix ``sequences[i, :t]`` is one sample and ``sequences[i, t]`` its
-    target, so a ``readout="last"`` model fitted on them learns exactly what
-    generation uses.
+    For sequence i and each t from ``start[i]`` to its last token, the prefix
+    ``sequences[i, :t]`` is a sample and ``sequences[i, t]`` its target.
 
     Parameters
     ----------
     sequences : array-like of shape (n, n_tokens, d)
-        NaN-padded sequences (e.g. from :meth:`CompiledProgram.run`).
+        NaN-padded sequences, e.g. from :meth:`CompiledProgram.run`.
     start : int or array-like of int, shape (n,)
         Index of the first token to predict (the prompt's length), >= 1.
 
     Returns
     -------
-    X : ndarray of shape (n_pairs, n_tokens - 1, d)
-        Prefixes, NaN-padded.
-    y : ndarray of shape (n_pairs, d)
-        The next tokens.
+    X, y : ndarray of shape (n_pairs, n_tokens - 1, d) and (n_pairs, d)
+        The NaN-padded prefixes and the tokens that follow them.
     groups : ndarray of int, shape (n_pairs,)
         Index of the sequence each pair comes from (for ``GroupKFold``).
 
@@ -34,8 +30,7 @@ def next_token_dataset(sequences, start):
     --------
     >>> import numpy as np
     >>> from sklearn_linattn.programs import next_token_dataset
-    >>> seq = np.arange(8.0).reshape(1, 4, 2)
-    >>> X, y, groups = next_token_dataset(seq, start=2)
+    >>> X, y, groups = next_token_dataset(np.arange(8.0).reshape(1, 4, 2), start=2)
     >>> X.shape, y.tolist(), groups.tolist()
     ((2, 3, 2), [[4.0, 5.0], [6.0, 7.0]], [0, 0])
     """

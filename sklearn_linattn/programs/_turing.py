@@ -48,21 +48,18 @@ def _check_machines(next_state, write, move, tapes):
 def run_turing_machine(next_state, write, move, tapes, n_steps):
     """Run Turing machines on a bounded tape (the plain loop).
 
-    Every machine starts in state 0 with its head on cell 0.  A step in state
-    q reading symbol g writes ``write[q, g]``, moves the head by
-    ``move[q, g]`` (-1, 0 or 1; the head stays put at either end of the tape)
-    and enters ``next_state[q, g]``.  Halting states are states whose rules
-    write what they read and do not move.
+    Every machine starts in state 0 on cell 0.  A step in state q reading g
+    writes ``write[q, g]``, moves the head by ``move[q, g]`` (it stays put at
+    either end of the tape) and enters ``next_state[q, g]``.
 
     Parameters
     ----------
     next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
-        The machines' rules.
+        The machines' rules; moves are -1, 0 or 1.
     tapes : array-like of int, shape (n, tape_length)
         Initial tape contents.
     n_steps : int
-        Number of steps every machine runs (a halted machine repeats its
-        configuration).
+        Number of steps every machine runs.
 
     Returns
     -------
@@ -73,12 +70,10 @@ def run_turing_machine(next_state, write, move, tapes, n_steps):
 
     Examples
     --------
-    A machine with one state that writes 1 and moves right, on a tape of three 0s:
-
     >>> from sklearn_linattn.programs import run_turing_machine
     >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
     >>> states, heads, tapes = run_turing_machine(**rules, tapes=[[0, 0, 0]], n_steps=3)
-    >>> heads[0], tapes[0, -1]  # the head stays put at the end of the tape
+    >>> heads[0], tapes[0, -1]  # write 1 and move right; stay put at the end
     (array([0, 1, 2, 2]), array([1, 1, 1]))
     """
     next_state, write, move, tape = _check_machines(next_state, write, move, tapes)
@@ -104,9 +99,7 @@ def run_turing_machine(next_state, write, move, tapes, n_steps):
 class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
     """A bounded Turing-machine simulator compiled into linear attention.
 
-    Built by :func:`turing_machine_program` (see there for the construction);
-    not constructed directly.  It has the attributes and methods of
-    :class:`CompiledProgram`, and runs machines given as arrays.
+    A :class:`CompiledProgram`, built by :func:`turing_machine_program`.
 
     Attributes
     ----------
@@ -117,8 +110,8 @@ class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
     --------
     >>> from sklearn_linattn.programs import turing_machine_program
     >>> tm = turing_machine_program(2, 3, tape_length=5, max_steps=6)
-    >>> tm.n_states, tm.n_symbols, tm.tape_length, tm.max_steps, tm.max_length
-    (2, 3, 5, 6, 30)
+    >>> tm.n_states, tm.n_symbols, tm.tape_length, tm.max_steps
+    (2, 3, 5, 6)
     """
 
     def __init__(self, attributes, V, Q, *, head_names, max_length, n_states, n_symbols,
@@ -146,28 +139,23 @@ class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
         Parameters
         ----------
         next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
-            The machines' rules, as for :func:`run_turing_machine`; at most
-            the simulator's ``n_states`` states and ``n_symbols`` symbols.
+            The rules, as for :func:`run_turing_machine`, within the bounds.
         tapes : array-like of int, shape (n, tape_length)
-            Initial tape contents, exactly ``tape_length`` cells.
+            Initial tapes of exactly ``tape_length`` cells.
 
         Returns
         -------
         X : ndarray of shape (n, n_rules + tape_length + 1, d)
-            One token per rule (``n_rules = n_states * n_symbols`` of the
-            machines given), one per tape cell, then the start token (state
-            0, head on cell 0).
+            One token per rule (``n_rules = n_states * n_symbols`` as given), one
+            per cell, then the start token.
 
         Examples
         --------
-        A machine with one state that writes 1 and moves right:
-
         >>> from sklearn_linattn.programs import turing_machine_program
         >>> tm = turing_machine_program(1, 2, tape_length=3, max_steps=3)
         >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
-        >>> X = tm.prompts(**rules, tapes=[[0, 0, 0]])
-        >>> X.shape, tm.decode(X[0])[-2:]  # 2 rules, 3 cells, the start token
-        ((1, 6, 56), [{'cell': 2, 'plus': (2, 0)}, {'state': (0, 0)}])
+        >>> tm.prompts(**rules, tapes=[[0, 0, 0]]).shape  # 2 rules, 3 cells, the start token
+        (1, 6, 56)
         """
         next_state, write, move, tapes = self._check(next_state, write, move, tapes)
         n, S, G = next_state.shape
@@ -190,27 +178,20 @@ class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
 
         Parameters
         ----------
-        next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
-            The machines' rules, as for :meth:`prompts`.
-        tapes : array-like of int, shape (n, tape_length)
-            Initial tape contents, as for :meth:`prompts`.
+        next_state, write, move, tapes : array-like of int
+            The machines and tapes, as for :meth:`prompts`.
         n_steps : int
             Steps to simulate, at most ``max_steps``.
         model : None or estimator with ``generate``, default=None
-            None runs the compiled program; otherwise ``model.generate(prompts,
-            3 * n_steps, rounding=self.round)`` (e.g. a fitted
-            :class:`~sklearn_linattn.LinearAttentionRegressor`).
+            None runs the compiled program, else ``model.generate`` rounding with :meth:`round`.
 
         Returns
         -------
         sequences : ndarray of shape (n, n_prompt + 3 * n_steps, d)
-            Each prompt (:meth:`prompts`) followed by a read token, a write
-            token and a state token per step.
+            Each prompt followed by a read, a write and a state token per step.
 
         Examples
         --------
-        A machine with one state that writes 1 and moves right:
-
         >>> from sklearn_linattn.programs import turing_machine_program
         >>> tm = turing_machine_program(1, 2, tape_length=3, max_steps=3)
         >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
@@ -227,30 +208,22 @@ class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
 
         Parameters
         ----------
-        next_state, write, move : array-like of int, shape (n, n_states, n_symbols)
-            The machines' rules, as for :meth:`prompts`.
-        tapes : array-like of int, shape (n, tape_length)
-            Initial tape contents, as for :meth:`prompts`.
+        next_state, write, move, tapes : array-like of int
+            The machines and tapes, as for :meth:`prompts`.
         n_steps : int
             Steps to simulate, at most ``max_steps``.
         model : None or estimator with ``generate``, default=None
-            What generates the histories, as for :meth:`histories` (None: the
-            compiled program).
+            What generates the histories, as for :meth:`histories`.
 
         Returns
         -------
         states, heads : ndarray of int, shape (n, n_steps + 1)
-            As :func:`run_turing_machine`; -1 where a state token is not a
-            clean one-hot.
+            As :func:`run_turing_machine`; -1 where a state token is not clean.
         tapes : ndarray of int, shape (n, n_steps + 1, tape_length)
-            The tape replayed from the generated write tokens (initial tape,
-            then each step's written symbol at its cell); -1 where a write
-            token is not clean.
+            The tapes replayed from the write tokens; -1 where one is not clean.
 
         Examples
         --------
-        A machine with one state that writes 1 and moves right:
-
         >>> from sklearn_linattn.programs import turing_machine_program
         >>> tm = turing_machine_program(1, 2, tape_length=3, max_steps=3)
         >>> rules = dict(next_state=[[[0, 0]]], write=[[[1, 1]]], move=[[[1, 1]]])
@@ -282,29 +255,8 @@ class TuringMachineSimulator(CompiledProgram):  # numpydoc ignore=PR01
 def turing_machine_program(n_states, n_symbols, tape_length, max_steps):
     """Compile a universal simulator of Turing machines with a bounded tape and run time.
 
-    In the spirit of the paper's Lemma B.1 (bounded computation histories),
-    with a tape that is never copied: the prompt lists the machine's rules
-    (tokens with ``rule_key = (q, g)`` and ``rule_action = (q', g', m)``),
-    the tape (token i has ``cell = i`` and ``plus = (i, g_i)``) and a start
-    token ``state = (0, 0)`` (state 0, head on cell 0).  Each step appends
-    three tokens:
-
-    - ``read = (q, h, g)``: heads ``read plus | q`` and ``read minus | q``
-      look up every token with ``cell = h`` and add its ``plus`` and
-      subtract its ``minus`` symbol.  The tape token wrote the initial
-      symbol, every later write token wrote ``plus`` = the new symbol and
-      ``minus`` = the symbol it replaced, so the sum telescopes to the
-      current symbol -- exactly, in integers;
-    - a write token ``cell = h``, ``minus = (h, g)`` (copies of the read
-      token), ``plus = (h, g')`` and ``pending = (q', h, m)`` (heads ``write
-      | h`` and ``move | h`` look up the rule for (q, g), one per head
-      position h, which the rule token does not hold);
-    - ``state = (q', clip(h + m))``: a copy of ``pending`` mapped to the new
-      state and head position.
-
-    A step therefore costs three tokens whatever the tape length; positions
-    (one-hot, ``max_length = rules + tape + 1 + 3 * max_steps``) serve the
-    copies of the last token.
+    It reproduces :func:`run_turing_machine` within its bounds; see the user
+    guide's :doc:`/programs` page for the construction.
 
     Parameters
     ----------
@@ -318,34 +270,18 @@ def turing_machine_program(n_states, n_symbols, tape_length, max_steps):
     Returns
     -------
     simulator : TuringMachineSimulator
-        ``2 * n_states + 2 * tape_length + 4`` heads (one for positions,
-        ``2 * n_states`` reads, two copies of the read token, ``2 *
-        tape_length`` rule lookups, one state update).
+        ``2 * n_states + 2 * tape_length + 4`` heads.
 
     See Also
     --------
-    run_turing_machine : the same runs from a plain loop.
+    run_turing_machine : The same runs from a plain loop.
 
     Examples
     --------
-    A machine that flips bits while moving right and halts (state 1) on the
-    blank symbol 2:
-
-    >>> import numpy as np
-    >>> from sklearn_linattn.programs import turing_machine_program, run_turing_machine
+    >>> from sklearn_linattn.programs import turing_machine_program
     >>> tm = turing_machine_program(2, 3, tape_length=5, max_steps=6)
-    >>> tm.d, tm.n_heads
-    (159, 18)
-    >>> next_state = np.array([[[0, 0, 1], [1, 1, 1]]])
-    >>> write = np.array([[[1, 0, 2], [0, 1, 2]]])     # flip 0 <-> 1, keep the blank
-    >>> move = np.array([[[1, 1, 0], [0, 0, 0]]])
-    >>> tape = np.array([[0, 1, 1, 2, 0]])
-    >>> states, heads, tapes = tm.execute(next_state, write, move, tape, 6)
-    >>> tapes[0, -1], states[0], heads[0]
-    (array([1, 0, 0, 2, 0]), array([0, 0, 0, 0, 1, 1, 1]), array([0, 1, 2, 3, 3, 3, 3]))
-    >>> all(np.array_equal(a, b) for a, b in zip(
-    ...     (states, heads, tapes), run_turing_machine(next_state, write, move, tape, 6)))
-    True
+    >>> tm.d, tm.n_heads, tm.max_length
+    (159, 18, 30)
     """
     S = check_number(n_states, "n_states", integer=True, low=1)
     G = check_number(n_symbols, "n_symbols", integer=True, low=1)
