@@ -1,11 +1,4 @@
-"""Reading PyTorch layers back as heads: :func:`from_torch` and what it recognises.
-
-Part of :mod:`sklearn_linattn.nn` (needs PyTorch): the weights of the package's
-own layer, of layers that name their projections ``q_proj``, ``k_proj``,
-``v_proj``, ``o_proj`` (flash-linear-attention and most PyTorch code), or of any
-module through an explicit mapping of names, checked attribute by attribute
-before anything is copied.
-"""
+"""Reading PyTorch layers back as heads: ``from_torch``, part of ``sklearn_linattn.nn``."""
 
 import math
 from collections import namedtuple
@@ -288,110 +281,53 @@ def _split_heads(W, labels, n_heads, n_kv_heads, dims):
 def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, decays=None):
     """The heads and affine terms of a linear attention layer, as NumPy arrays.
 
-    Reads the weights of a layer computing causal multi-head linear attention
-
-        ``o_t = W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s]``
-
-    with ``q = W_q[h] x``, ``k = W_k[h] x`` and ``v = W_v[h] x`` (no softmax,
-    normalization or feature map), and returns the package's heads
-    ``V_h = W_o[:, block h] W_v[h]`` and ``Q_h = scale * W_k[h]^T W_q[h]``:
-    exact up to rounding, in float64 whatever the layer's dtype and device.
-    A layer whose head h weights the token s by a fixed ``gamma_h ** (t - s)``
-    (multi-scale retention with fixed decays) has the same heads and the
-    decays ``gamma_h``.  The weights are found
-
-    - in a :class:`MultiHeadLinearAttention`, or any object with its
-      attributes ``W_q``, ``W_k``, ``W_v`` (per head, of shape
-      (n_heads, rows, d), or fused 2-D of shape (n_heads * rows, d) with
-      ``n_heads``), ``W_o`` (None: no output projection), and optionally
-      ``scale``, ``bias``, ``skip``, ``readout`` and ``decay`` (one per head);
-    - under the names of flash-linear-attention and most PyTorch code:
-      ``q_proj``, ``k_proj``, ``v_proj`` and ``o_proj`` (or ``out_proj``), each a
-      ``torch.nn.Linear`` whose weight has shape (out, in) and rows
-      ``h * d_k`` to ``(h + 1) * d_k - 1`` for head h, with the number of heads
-      in ``num_heads`` or ``n_heads`` (or implied by ``head_dim``).  Grouped
-      keys and values (``num_kv_heads`` or ``num_key_value_heads`` below
-      ``num_heads``) serve query head h with key-value head
-      ``h // (num_heads // num_kv_heads)``; ``head_dim``, ``head_k_dim`` and
-      ``head_v_dim`` are checked when present.  The output projection's bias
-      is the constant term;
-    - wherever ``names`` says, for any other layer.
+    Reads the weights (not the forward pass) of causal multi-head linear attention,
+    ``o_t = W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s]``, optionally with
+    fixed decays, under the names of the package's layer (``W_q``, ...), of most
+    PyTorch code (``q_proj``, ...) or of ``names``.  The heads are exact up to
+    rounding, in float64 (:doc:`/torch`).
 
     Parameters
     ----------
     module : torch.nn.Module or object
-        The layer; tensors may be on any device and of any real dtype.
+        The layer; its tensors may be on any device and of any real dtype.
     readout : {"last", "all"} or None, default=None
-        None: the layer's ``readout`` attribute.  A layer found by its
-        projections (``q_proj``, ... or ``names``) without one outputs at
-        every position: ``"all"``.
+        None: the layer's ``readout`` attribute, or ``"all"`` for a layer
+        found by its projections that has none.
     names : dict or None, default=None
-        Where the weights are, for a layer the conventions above do not
-        cover: keys ``"q"``, ``"k"``, ``"v"`` and ``"o"`` with attribute names
-        of ``module`` (dotted paths such as ``"attn.wq"``) of a
-        ``torch.nn.Linear`` or of a weight tensor (fused 2-D, or per head
-        3-D); ``"o": None`` for a layer without output projection.  Optional
-        keys ``"n_heads"``, ``"n_kv_heads"`` and ``"scale"`` name attributes
-        holding those numbers; numbers not named are looked for under the
-        conventional names on the module holding the query projection.
+        Attribute paths (``"attn.wq"``) of the weights under the keys ``"q"``,
+        ``"k"``, ``"v"``, ``"o"`` (``"o": None``: no output projection), and
+        optionally of the numbers under ``"n_heads"``, ``"n_kv_heads"``, ``"scale"``.
     n_heads : int or None, default=None
-        Number of heads, for a layer with fused weights that does not carry
-        it; it overrides the layer's attribute.
+        Number of heads, overriding the layer's; needed for fused weights
+        when the layer does not carry it.
     scale : float or None, default=None
-        Factor of every score ``q_t . k_s``; it overrides the layer's.
-        None: the layer's ``scale`` (or ``scaling``) attribute, one positive
-        number, when it has one that is not None; otherwise
-        ``1 / sqrt(d_k)`` is assumed, the default of the package's layer and
-        of flash-linear-attention's kernels: pass ``scale=1.0`` for a layer
-        that does not scale its scores.
+        Factor of every score, overriding the layer's; None: the layer's
+        ``scale`` (or ``scaling``) attribute, else ``1 / sqrt(d_k)``.
     decays : float, array-like of shape (n_heads,) or None, default=None
-        Fixed decay of each head, in (0, 1], for a layer whose decays are not
-        among its weights (one float: every head's); it overrides the
-        layer's.  None: the ``decay`` attribute of the package's layout (no
-        decay when it is absent or None).  A layer found by its projections
-        (``q_proj``, ... or ``names``) that has a ``decay`` attribute needs
-        ``decays``: from_torch does not guess how such a layer stores them.
+        Fixed decay of each head, in (0, 1], overriding the layer's.  None:
+        the ``decay`` attribute of the package's layout, or no decay.
 
     Returns
     -------
     heads : AttentionHeads
         A named tuple ``(value_matrices, key_query_matrices, intercept,
-        skip_coef, readout, decays)``: float64 arrays of shape
-        (n_heads, d_out, d) and (n_heads, d, d) for
-        :func:`~sklearn_linattn.mhla_forward`, the constant term (d_out,) and
-        the linear term (d_out, d) (each None when the layer has none), the
-        readout, and the heads' fixed decays, float64 of shape (n_heads,)
-        (None when the layer has none).
+        skip_coef, readout, decays)``, float64 arrays of shapes (n_heads,
+        d_out, d), (n_heads, d, d), (d_out,), (d_out, d) and (n_heads,), None where absent.
 
     Raises
     ------
     TypeError
-        When the weights are not found (the message says what was looked
-        for), or a weight is complex, sparse or quantized.
+        When the weights are not found, or a weight is complex, sparse or quantized.
     ValueError
-        When a query, key or value projection has a bias that is not zero
-        (no MHLA computes its terms); when the layer has a stage that makes
-        it another function (a feature map, a normalization, a gate, rotary
-        embeddings, a convolution: the attributes of flash-linear-attention's
-        layers); when a weight is not finite, has no values (the meta
-        device) or would not fit the memory budget as float64 (checked
-        before copying); when ``scale`` is not one positive number; when
-        ``decays`` (or the layer's ``decay``) is not one number in (0, 1] per
-        head, or a layer found by its projections has a ``decay`` attribute
-        and ``decays`` is not given; or when the sizes do not fit together.
+        When the layer is not plain linear attention (a non-zero bias on q, k or v,
+        a feature map, normalization, gate or undeclared ``decay``), a weight is
+        unreadable (not finite, no values, over the memory budget), or sizes disagree.
 
     See Also
     --------
     sklearn_linattn.heads_from_projections : The same from weight arrays.
     to_torch : A fitted estimator as a layer.
-
-    Notes
-    -----
-    ``from_torch`` reads weights, not the forward pass.  A layer with these
-    names that computes something else inside its forward (a softmax,
-    positions, decays not passed as ``decays``) gives the heads of another
-    function: compare ``layer(x)`` with the heads on a random input once when
-    in doubt.  Layers whose decays depend on the data (gates) are refused.
 
     Examples
     --------
@@ -404,27 +340,11 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, de
     >>> y = mhla_forward(x.numpy(), heads.value_matrices, heads.key_query_matrices)
     >>> torch.allclose(layer(x), torch.as_tensor(y))
     True
-
-    A layer with other names, read through ``names``:
-
-    >>> class Attention(torch.nn.Module):
-    ...     def __init__(self):
-    ...         super().__init__()
-    ...         self.wq, self.wk, self.wv, self.wo = (
-    ...             torch.nn.Linear(8, 8, bias=False) for _ in range(4))
-    ...         self.heads = 2
-    >>> heads = from_torch(Attention(), scale=1.0, names={
-    ...     "q": "wq", "k": "wk", "v": "wv", "o": "wo", "n_heads": "heads"})
+    >>> attn = torch.nn.Module()
+    >>> attn.wq, attn.wk, attn.wv, attn.wo = (torch.nn.Linear(8, 8, bias=False) for _ in range(4))
+    >>> heads = from_torch(attn, n_heads=2, names={"q": "wq", "k": "wk", "v": "wv", "o": "wo"})
     >>> heads.value_matrices.shape, heads.key_query_matrices.shape, heads.readout
     ((2, 8, 8), (2, 8, 8), 'all')
-
-    Fixed decays, read from the package's layer or given for another:
-
-    >>> from_torch(MultiHeadLinearAttention(3, n_heads=2, decay=[0.5, 0.75])).decays
-    array([0.5 , 0.75])
-    >>> from_torch(Attention(), scale=1.0, decays=0.9, names={
-    ...     "q": "wq", "k": "wk", "v": "wv", "o": "wo", "n_heads": "heads"}).decays
-    array([0.9, 0.9])
     """
     if names is None:
         paths, package = _find_layout(module)

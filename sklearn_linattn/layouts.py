@@ -1,17 +1,4 @@
-"""Other layouts of the same function: projection weights and the paper's code, both ways.
-
-The package writes a head as ``(V_h, Q_h)``; a standard causal multi-head
-linear attention layer writes it as query, key, value and output projections,
-
-    o_t = W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s],
-    q_t = W_q[h] x_t,  k_s = W_k[h] x_s,  v_s = W_v[h] x_s,
-
-which is the package's MHLA with ``V_h = W_o[:, block h] @ W_v[h]`` and
-``Q_h = scale * W_k[h].T @ W_q[h]``.  The paper's research code computes
-``mean_h causal((Z Q_h^T) Z^T / sqrt(d)) (Z P_h^T)``: the package's MHLA with
-``V_h = P_h / (m sqrt(d))`` for m heads.  Every conversion here is exact
-(up to rounding), in both directions; none needs a deep-learning framework.
-"""
+"""Other layouts of the same function, both ways: projection weights and the paper's code."""
 
 import math
 from collections import namedtuple
@@ -42,10 +29,7 @@ def _bytes(n_bytes):
 
 
 def check_float64_size(n_values, what, memory_budget=None):
-    """Refuse ``n_values`` float64 values beyond the memory budget, before allocating them.
-
-    ``what`` words the array (its name and shape) in the message.
-    """
+    """Refuse ``n_values`` float64 values (``what``, in the message) beyond the memory budget."""
     budget = resolve_budget(memory_budget)
     if 8 * n_values > budget:
         raise ValueError(
@@ -56,12 +40,7 @@ def check_float64_size(n_values, what, memory_budget=None):
 
 
 def dense_weight(W, name, memory_budget=None):
-    """A weight as a finite float64 array, its kind and size checked before any conversion.
-
-    Sparse matrices, tensors without values (PyTorch's meta device) and
-    arrays whose float64 copy would not fit the memory budget are refused by
-    name; the rest is :func:`~sklearn_linattn._validation.as_real_array`.
-    """
+    """A weight as a finite float64 array; sparse, meta-device and over-budget ones refused."""
     if scipy.sparse.issparse(W):
         raise TypeError(
             f"{name} must be a dense array (or tensor); got a scipy.sparse {W.format} matrix of "
@@ -119,24 +98,19 @@ def _per_head(W, name, rows, n_heads):
 def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
     """The heads (V, Q) of a standard causal multi-head linear attention layer.
 
-    The layer computes ``o_t = W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s]``
-    with ``q = W_q[h] x``, ``k = W_k[h] x`` and ``v = W_v[h] x``: the package's
-    MHLA with ``V_h = W_o[:, h * d_v:(h + 1) * d_v] @ W_v[h]`` and
-    ``Q_h = scale * W_k[h].T @ W_q[h]``.
+    The layer ``o_t = W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s]`` is
+    the package's MHLA with ``V_h = W_o[:, h * d_v:(h + 1) * d_v] @ W_v[h]``
+    and ``Q_h = scale * W_k[h].T @ W_q[h]``.
 
     Parameters
     ----------
-    W_q : array-like of shape (n_heads, d_k, d) or (n_heads * d_k, d)
-        Query projections, per head or fused as the weight of one linear map
-        from d to ``n_heads * d_k`` (rows ``h * d_k`` to ``(h + 1) * d_k - 1``
-        belong to head h, as ``torch.nn.Linear`` stores it).
-    W_k : array-like of the shape of W_q
-        Key projections.
+    W_q, W_k : array-like of shape (n_heads, d_k, d) or (n_heads * d_k, d)
+        Query and key projections, per head or fused as ``torch.nn.Linear``
+        stores them (rows ``h * d_k`` to ``(h + 1) * d_k - 1`` for head h).
     W_v : array-like of shape (n_heads, d_v, d) or (n_heads * d_v, d)
         Value projections, per head or fused.
     W_o : array-like of shape (d_out, n_heads * d_v) or None, default=None
-        Output projection of the concatenated heads; None is the identity
-        (``d_out = n_heads * d_v``).
+        Output projection of the concatenated heads; None is the identity.
     scale : float, default=1.0
         Factor of every score ``q_t . k_s`` (often ``1 / sqrt(d_k)``); positive.
     n_heads : int or None, default=None
@@ -152,18 +126,14 @@ def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
     Raises
     ------
     TypeError
-        When a weight is not a dense array or tensor of numbers (a
-        scipy.sparse matrix, a sparse tensor, strings).
+        When a weight is not a dense array or tensor of numbers.
     ValueError
-        When a weight is complex or not finite, is a tensor without values
-        (PyTorch's meta device), or the sizes do not fit together; when a weight's
-        float64 copy or the heads would exceed the memory budget (half the
-        physical memory), checked from the shapes before anything is
-        allocated (so a broadcast view of an absurd size is refused).
+        When a weight is complex, not finite or without values, the sizes do not
+        fit together, or the float64 arrays would exceed the memory budget.
 
     See Also
     --------
-    sklearn_linattn.nn.from_torch : The same from a PyTorch layer, its weights found by name.
+    sklearn_linattn.nn.from_torch : The same from a PyTorch layer.
 
     Examples
     --------
@@ -171,10 +141,8 @@ def heads_from_projections(W_q, W_k, W_v, W_o=None, *, scale=1.0, n_heads=None):
     >>> from sklearn_linattn import heads_from_projections
     >>> W_q = W_k = W_v = np.eye(2)[None]      # one head, d = d_k = d_v = 2
     >>> V, Q = heads_from_projections(W_q, W_k, W_v, 3 * np.eye(2), scale=0.5)
-    >>> V[0], Q[0]
-    (array([[3., 0.],
-           [0., 3.]]), array([[0.5, 0. ],
-           [0. , 0.5]]))
+    >>> np.diag(V[0]), np.diag(Q[0])
+    (array([3., 3.]), array([0.5, 0.5]))
     """
     scale = check_number(scale, "scale", low=0.0, low_open=True)
     n_heads = check_number(n_heads, "n_heads", integer=True, low=1, allow_none=True)
@@ -221,15 +189,9 @@ def _groups(rank, size):
 def projections_from_heads(V, Q, *, d_k=None, d_v=None, scale=1.0, n_heads=None, rtol=None):
     """Projection weights of a standard causal multi-head linear attention layer, from heads.
 
-    The inverse of :func:`heads_from_projections`: each head is factored
-    exactly, ``Q_h / scale = W_k^T W_q`` and ``V_h = W_o[:, block] W_v``, from
-    the singular value decompositions of ``Q_h`` and ``V_h`` (the singular
-    values are split evenly between the two factors).  A head whose ``Q_h``
-    has rank above ``d_k`` (or whose ``V_h`` has rank above ``d_v``) cannot be
-    one head of the layer: its singular terms are split into groups of at
-    most ``d_k`` (``d_v``), and each pair of groups becomes a head of the
-    layer.  The layer may therefore have more heads than ``len(V)``; heads
-    with ``V_h = 0`` or ``Q_h = 0`` compute nothing and get none.
+    The inverse of :func:`heads_from_projections`, exact up to rounding.  A head whose
+    ``Q_h`` (``V_h``) has rank above ``d_k`` (``d_v``) becomes several layer heads
+    (:doc:`/torch`).
 
     Parameters
     ----------
@@ -237,42 +199,30 @@ def projections_from_heads(V, Q, *, d_k=None, d_v=None, scale=1.0, n_heads=None,
         Value matrices.
     Q : array-like of shape (n_heads_in, d, d)
         Key-query matrices.
-    d_k : int or None, default=None
-        Rows of the query and key projections of each layer head; None is d,
-        which needs one layer head per head.
-    d_v : int or None, default=None
-        Rows of the value projection of each layer head; None is
-        ``min(d_out, d)``, which needs one layer head per head.
+    d_k, d_v : int or None, default=None
+        Rows of each layer head's query and key, and value projections; None is
+        d and ``min(d_out, d)``.
     scale : float, default=1.0
         The layer's factor of every score; positive.
     n_heads : int or None, default=None
-        Number of heads of the layer: the factorization is completed with
-        zero heads up to it, and a ValueError says how many heads are needed
-        when it is too small.  None uses as many as the factorization needs
-        (at least one).
+        Number of layer heads, completed with zero heads; None uses as many as
+        the factorization needs (at least one).
     rtol : float or None, default=None
-        Singular values of ``Q_h`` or ``V_h`` at most ``rtol`` times the
-        largest singular value of the same matrix count as zero (they change
-        that head's output by at most that relative amount).  None is
-        ``max(d_out, d) * eps`` with eps the float64 machine epsilon, the rule
-        of :func:`numpy.linalg.matrix_rank`.
+        Singular values of ``Q_h`` or ``V_h`` at most ``rtol`` times their matrix's
+        largest count as zero; None is ``max(d_out, d)`` times the float64 epsilon.
 
     Returns
     -------
     projections : Projections
-        A named tuple ``(W_q, W_k, W_v, W_o)`` of float64 arrays: W_q and W_k
-        of shape (n_layer_heads, d_k, d), W_v of shape (n_layer_heads, d_v, d)
-        and W_o of shape (d_out, n_layer_heads * d_v).
+        A named tuple ``(W_q, W_k, W_v, W_o)`` of float64 arrays for which
         ``heads_from_projections(*projections, scale=scale)`` computes the
         same function as ``(V, Q)``.
 
     Raises
     ------
     ValueError
-        When ``n_heads`` is smaller than the number of layer heads the
-        factorization needs (:func:`~sklearn_linattn.compress_heads` finds
-        fewer heads computing the same function, when there are), or when an
-        argument has the wrong shape or value.
+        When ``n_heads`` is below the number of layer heads needed (the
+        message says how many), or an argument has the wrong shape or value.
 
     Examples
     --------
@@ -280,8 +230,8 @@ def projections_from_heads(V, Q, *, d_k=None, d_v=None, scale=1.0, n_heads=None,
     >>> from sklearn_linattn import projections_from_heads, same_function
     >>> V, Q = np.ones((1, 1, 3)), np.eye(3)[None]     # rank(Q_0) = 3
     >>> p = projections_from_heads(V, Q, d_k=1)         # three layer heads of d_k = 1
-    >>> p.W_q.shape, p.W_v.shape, p.W_o.shape
-    ((3, 1, 3), (3, 1, 3), (1, 3))
+    >>> p.W_q.shape
+    (3, 1, 3)
     >>> same_function(V, Q, *heads_from_projections(*p))
     True
     """
@@ -344,11 +294,7 @@ def _paper_pair(A, Q, name):
 
 
 def heads_from_paper(P, Q):
-    """The heads (V, Q) of the paper's research-code layout.
-
-    That code computes, for a sequence ``Z`` of shape (n_tokens, d),
-    ``mean_h causal((Z Q_h^T) Z^T / sqrt(d)) (Z P_h^T)``: the package's MHLA
-    with ``V_h = P_h / (m sqrt(d))`` for m heads and the same ``Q_h``.
+    """The heads (V, Q) of the paper's research-code layout, ``V_h = P_h / (m sqrt(d))``.
 
     Parameters
     ----------

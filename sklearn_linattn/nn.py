@@ -1,11 +1,4 @@
-"""PyTorch in and out: the fitted heads as a ``torch.nn.Module``, and modules back as heads.
-
-This module needs PyTorch (the ``torch`` extra); the rest of the package does
-not import it.  The layer is the standard causal multi-head linear attention
-of :func:`~sklearn_linattn.heads_from_projections`, optionally with fixed
-per-head decays; :func:`to_torch` and :func:`from_torch` convert between it
-and the package's heads exactly.
-"""
+"""PyTorch in and out (the ``torch`` extra): fitted heads as a ``torch.nn.Module``, and back."""
 
 import math
 
@@ -30,21 +23,10 @@ def _positive_int(value, name):
 class MultiHeadLinearAttention(torch.nn.Module):
     """Causal multi-head linear attention, the standard layout, as a PyTorch module.
 
-    For tokens ``x_1, ..., x_n`` the output at position t is
-
-        ``y_t = bias + skip @ x_t + W_o concat_h [scale * sum_{s <= t} (q_t . k_s) v_s]``
-
-    with ``q = W_q[h] x``, ``k = W_k[h] x`` and ``v = W_v[h] x``: the package's
-    MHLA with heads ``heads_from_projections(W_q, W_k, W_v, W_o, scale=scale)``
-    plus an affine term in the current token.  No softmax and no
-    normalization: the scores enter linearly.  With ``decay``, head h weights
-    the token s by ``decay[h] ** (t - s)`` (fixed decays, the multi-scale
-    retention of RetNet):
-
-        ``... concat_h [scale * sum_{s <= t} decay[h] ** (t - s) (q_t . k_s) v_s]``
-
-    so that the package's head form is ``y_t = sum_h V_h S_t^(h) Q_h x_t``
-    with ``S_t^(h) = sum_{s <= t} decay[h] ** (t - s) x_s x_s^T``.
+    The output at position t is ``y_t = bias + skip @ x_t + W_o concat_h
+    [scale * sum_{s <= t} decay[h] ** (t - s) (q_t . k_s) v_s]`` with ``q = W_q[h] x``,
+    ``k = W_k[h] x``, ``v = W_v[h] x``: the package's MHLA with heads
+    ``heads_from_projections(W_q, W_k, W_v, W_o, scale=scale)`` (:doc:`/torch`).
 
     Parameters
     ----------
@@ -52,31 +34,20 @@ class MultiHeadLinearAttention(torch.nn.Module):
         Token dimension.
     n_heads : int, default=1
         Number of heads.
-    d_k : int or None, default=None
-        Size of each head's queries and keys; None is d.
-    d_v : int or None, default=None
-        Size of each head's values; None is d.
-    d_out : int or None, default=None
-        Output dimension; None is d.
+    d_k, d_v, d_out : int or None, default=None
+        Size of each head's queries and keys, of its values, and of the
+        output; None is d.
     scale : float or None, default=None
         Factor of every score ``q_t . k_s``; None is ``1 / sqrt(d_k)``.
     readout : {"last", "all"}, default="last"
-        ``"last"``: the output at the last real token of each sequence, shape
-        (batch, d_out).  ``"all"``: the output at every position, shape
-        (batch, n_tokens, d_out), zero at positions a mask pads and NaN at
-        NaN-padded positions.
+        ``"last"``: the output at each sequence's last real token, (batch,
+        d_out).  ``"all"``: the output at every position, (batch, n_tokens, d_out).
     decay : float, array-like of shape (n_heads,) or None, default=None
-        Fixed decay of each head, in (0, 1] (one float: every head's; 1 is no
-        decay).  Distances count real tokens only: with ``readout="last"``
-        the token s of a sequence whose last real token is n weighs
-        ``decay[h] ** (n - s)``; padding adds nothing.  None: no decay.  The
-        decays are not trained (a buffer, not a parameter).
-    bias : bool, default=False
-        Whether the output has a learned constant term ``bias`` (initialized
-        to zero).
-    skip : bool, default=False
-        Whether the output has a learned linear term ``skip @ x_t`` in the
-        current token (initialized to zero).
+        Fixed, untrained decay of each head, in (0, 1] (one float: every
+        head's; 1 or None: no decay).  Distances count real tokens only.
+    bias, skip : bool, default=False
+        Whether the output has a learned constant term ``bias``, and a learned
+        term ``skip @ x_t`` (both initially zero).
     dtype : torch.dtype or None, default=None
         ``torch.float32`` or ``torch.float64``; None is torch's default dtype.
     device : torch.device, str or None, default=None
@@ -84,21 +55,13 @@ class MultiHeadLinearAttention(torch.nn.Module):
 
     Attributes
     ----------
-    W_q : torch.nn.Parameter of shape (n_heads, d_k, d)
-        Query projections.
-    W_k : torch.nn.Parameter of shape (n_heads, d_k, d)
-        Key projections.
-    W_v : torch.nn.Parameter of shape (n_heads, d_v, d)
-        Value projections.
-    W_o : torch.nn.Parameter of shape (d_out, n_heads * d_v)
-        Output projection of the concatenated heads.
-    bias : torch.nn.Parameter of shape (d_out,) or None
-        Constant term; None without ``bias=True``.
-    skip : torch.nn.Parameter of shape (d_out, d) or None
-        Linear term in the current token; None without ``skip=True``.
+    W_q, W_k, W_v, W_o : torch.nn.Parameter
+        The projections, of shapes (n_heads, d_k, d) for W_q and W_k, (n_heads,
+        d_v, d) and (d_out, n_heads * d_v), as in ``heads_from_projections``.
+    bias, skip : torch.nn.Parameter or None
+        Constant term (d_out,) and linear term (d_out, d) in the current token, or None.
     decay : torch.Tensor of shape (n_heads,) or None
-        The heads' fixed decays (a buffer of the parameters' dtype, saved in
-        ``state_dict``); None without ``decay``.
+        The heads' fixed decays, a buffer saved in ``state_dict``; None without ``decay``.
 
     See Also
     --------
@@ -114,14 +77,6 @@ class MultiHeadLinearAttention(torch.nn.Module):
     >>> mask = torch.arange(5) < torch.tensor([5, 3, 2, 1])[:, None]  # four lengths
     >>> layer(x, mask).shape
     torch.Size([4, 1])
-
-    Two heads with fixed decays, one of them none:
-
-    >>> layer = MultiHeadLinearAttention(3, n_heads=2, decay=[0.9, 1.0], dtype=torch.float64)
-    >>> layer.decay
-    tensor([0.9000, 1.0000], dtype=torch.float64)
-    >>> layer(x, mask).shape
-    torch.Size([4, 3])
     """
 
     def __init__(self, d, n_heads=1, *, d_k=None, d_v=None, d_out=None, scale=None,
@@ -164,11 +119,6 @@ class MultiHeadLinearAttention(torch.nn.Module):
 
     def reset_parameters(self):
         """Draw the projections uniformly as ``torch.nn.Linear`` does; zero bias and skip.
-
-        Returns
-        -------
-        None
-            The parameters are changed in place.
 
         Examples
         --------
@@ -266,51 +216,31 @@ class MultiHeadLinearAttention(torch.nn.Module):
         Parameters
         ----------
         x : torch.Tensor of shape (batch, n_tokens, d)
-            Sequences, of the parameters' dtype.  Without ``mask``, trailing
-            all-NaN tokens are padding, the rule of the package's ``predict``
-            (a partly-NaN token, or a NaN token followed by a real one, is a
-            ValueError).  With ``mask``, values at padded positions are
-            ignored (they may be NaN).
+            Sequences of the parameters' dtype; without ``mask``, trailing all-NaN
+            tokens are padding, as for ``predict``.
         mask : torch.Tensor of shape (batch, n_tokens), bool, or None, default=None
-            True at real tokens, which come first in each sequence (padding
-            trails); None: every token that is not NaN padding is real.
+            True at real tokens, which come first (values at padded ones are
+            ignored); None: every token that is not NaN padding is real.
 
         Returns
         -------
         y : torch.Tensor
-            ``readout="last"``: shape (batch, d_out), the output at each
-            sequence's last real token.  ``readout="all"``: shape
-            (batch, n_tokens, d_out), zero at the positions ``mask`` pads
-            (losses over the batch stay finite) and NaN at NaN-padded
-            positions (as ``predict``).  The output axis is there even for
-            ``d_out = 1``.
+            Shape (batch, d_out), or (batch, n_tokens, d_out) for ``readout="all"``
+            (zero where ``mask`` pads, NaN where NaN pads), also for ``d_out = 1``.
 
         Raises
         ------
+        TypeError
+            When x or mask is not a tensor of the expected dtype.
         ValueError
-            When an output at a real position is not finite (an infinity in
-            x, or values too large for the dtype): NaN is the padding marker,
-            and an overflow would otherwise reach a loss silently.
-
-        Notes
-        -----
-        Without ``mask`` the layer reads one boolean back from the device
-        per call (whether x holds a NaN); only then does it look for the
-        padding.  It reads one more after the output, whether every output
-        at a real position is finite.  With ``mask`` it checks the mask's layout, which also reads
-        back from the device.
+            When the padding or mask is malformed, or an output at a real
+            position is not finite (an infinity in x, or an overflow).
 
         Examples
         --------
         >>> import torch
         >>> from sklearn_linattn.nn import MultiHeadLinearAttention
         >>> layer = MultiHeadLinearAttention(2, readout="all", dtype=torch.float64)
-        >>> layer(torch.ones(3, 4, 2, dtype=torch.float64)).shape
-        torch.Size([3, 4, 2])
-
-        NaN padding, as the estimators read it (here the second sequence has
-        two real tokens):
-
         >>> x = torch.ones(2, 4, 2, dtype=torch.float64)
         >>> x[1, 2:] = float("nan")
         >>> layer(x)[:, :, 0].isnan()
@@ -365,11 +295,7 @@ class MultiHeadLinearAttention(torch.nn.Module):
 
 
 def _check_outputs(y, mask):
-    """Refuse outputs that are not finite at real positions (overflow, or an infinite input).
-
-    NaN is the padding marker of the outputs, and an overflow would otherwise
-    show as NaN (inf - inf) or inf in a loss far from where it arose.
-    """
+    """Refuse outputs that are not finite at real positions: NaN marks padding, not overflow."""
     bad = ~torch.isfinite(y)
     if mask is not None:
         bad = bad & mask[..., None]
@@ -383,11 +309,7 @@ def _check_outputs(y, mask):
 
 
 def _nan_padding(x, isnan):
-    """The mask of real tokens of NaN-padded sequences: the package's padding rule, for tensors.
-
-    A token is padding when all its entries are NaN, and padding may only
-    trail the sequence; the errors are those of ``predict``.
-    """
+    """The mask of real tokens of NaN-padded sequences: ``predict``'s padding rule, for tensors."""
     pad = isnan.all(dim=2)
     partial = isnan.any(dim=2) & ~pad
     if bool(partial.any()):
@@ -458,13 +380,7 @@ def _fitted_affine(estimator, name, shape):
 
 
 def _factor_heads(V, Q, decays, **kwargs):
-    """The projections of heads (``projections_from_heads``) and the decay of each layer head.
-
-    A head may become several layer heads (``d_k`` or ``d_v`` below its
-    ranks), all with its decay: the heads of one decay are factored together,
-    and the groups concatenated in the order their decays first appear.
-    Without decays (or with one for all) this is ``projections_from_heads``.
-    """
+    """``projections_from_heads`` per group of heads of one decay, and each layer head's decay."""
     if decays is None:
         return projections_from_heads(V, Q, **kwargs), None
     _, first = np.unique(decays, return_index=True)
@@ -480,47 +396,32 @@ def _factor_heads(V, Q, decays, **kwargs):
 def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     """A fitted estimator as a :class:`MultiHeadLinearAttention` computing the same function.
 
-    The heads are factored exactly by
-    :func:`~sklearn_linattn.projections_from_heads` with ``scale = 1 / sqrt(d_k)``;
-    with ``d_k`` (``d_v``) below the rank of some ``Q_h`` (``V_h``) the module
-    has more heads than the estimator.  A fitted ``intercept_`` or
-    ``skip_coef_`` that is not zero becomes the module's ``bias`` or ``skip``,
-    and the fitted decays of the heads, ``head_decays_`` (when the estimator
-    has them and they are not None), the module's ``decay``: each module head
-    gets the decay of the estimator head it comes from.
+    The heads are factored exactly by :func:`~sklearn_linattn.projections_from_heads`
+    with ``scale = 1 / sqrt(d_k)``; a non-zero ``intercept_``, ``skip_coef_`` and the
+    ``head_decays_`` become the module's ``bias``, ``skip`` and ``decay``.
 
     Parameters
     ----------
     estimator : LinearAttentionRegressor or AdamLinearAttentionRegressor
         A fitted estimator (anything with ``value_matrices_``,
-        ``key_query_matrices_``, ``n_features_in_`` and ``readout``;
-        optionally ``intercept_``, ``skip_coef_`` and ``head_decays_``, None
-        or one decay in (0, 1] per head).
-    d_k : int or None, default=None
-        Size of each head's queries and keys; None is d (one module head per
-        estimator head).
-    d_v : int or None, default=None
-        Size of each head's values; None is ``min(d_out, d)``.
+        ``key_query_matrices_``, ``n_features_in_`` and ``readout``).
+    d_k, d_v : int or None, default=None
+        Size of each head's queries and keys, and of its values; None is d and
+        ``min(d_out, d)``, one module head per estimator head.
     dtype : torch.dtype, default=torch.float64
-        ``torch.float64`` or ``torch.float32`` (which rounds the weights to
-        about 7 significant digits).
+        ``torch.float64`` or ``torch.float32`` (about 7 significant digits).
 
     Returns
     -------
     module : MultiHeadLinearAttention
-        With the estimator's readout.  Its input is (batch, n_tokens, d)
-        whatever the estimator's ``data_format``, NaN-padded as for
-        ``predict`` (same outputs, NaN at padded positions) or with a mask;
-        its output keeps the output axis also where ``predict`` drops it
-        (targets fitted without one).
+        With the estimator's readout, on (batch, n_tokens, d) whatever the
+        ``data_format``; its output keeps the axis that ``predict`` may drop.
 
     Raises
     ------
     ValueError
-        When a fitted attribute (``value_matrices_``,
-        ``key_query_matrices_``, ``intercept_``, ``skip_coef_``,
-        ``head_decays_``) is not finite, out of range or has the wrong shape;
-        the message names it.
+        When a fitted attribute is not finite, out of range or has the wrong
+        shape; the message names it.
 
     Examples
     --------
@@ -531,15 +432,7 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     >>> from sklearn_linattn.nn import to_torch
     >>> X, y = make_random_mhla(200, n_tokens=6, d=3, random_state=0)
     >>> model = LinearAttentionRegressor(n_heads=1).fit(X, y)
-    >>> layer = to_torch(model)
-    >>> out = layer(torch.as_tensor(X)).detach().numpy()
-    >>> bool(np.allclose(out[:, 0], model.predict(X)))
-    True
-
-    NaN-padded sequences, as ``predict`` reads them:
-
-    >>> X[0, 4:] = np.nan                       # the first sequence has 4 tokens
-    >>> out = layer(torch.as_tensor(X)).detach().numpy()
+    >>> out = to_torch(model)(torch.as_tensor(X)).detach().numpy()
     >>> bool(np.allclose(out[:, 0], model.predict(X)))
     True
     """
