@@ -1,24 +1,13 @@
 """Command line: ``sklearn-linattn`` or ``python -m sklearn_linattn`` {demo,fit,predict,certify}.
 
-Results go to standard output (``--json``: one JSON document, nothing else);
-progress, warnings and errors go to standard error, every error as one line
-``error: ...``.
-
-Exit status:
+Results go to standard output, progress and errors to standard error.  Exit status:
 
 - 0: success (with ``certify --check``: the data identifies the function).
-- 1: an input or output could not be used: a missing, corrupt or
-  inconsistent file, invalid arrays, an output location that cannot be
-  written, or not enough memory.  The message names the file or argument.
-- 2: command-line usage: an unknown option, a missing argument, an option
-  value of the wrong type or out of range (NaN, infinite, negative, ...;
-  checked before any file is read), or a ``demo`` too large for the memory.
+- 1: an input or output could not be used (a file, the arrays, the output, the memory).
+- 2: command-line usage (an unknown option, a value of the wrong type or out of range).
 - 3: ``certify --check`` only: the data does not identify the function.
-- 4: internal error (an unexpected exception: a bug, please report it).
+- 4: internal error (a bug, please report it).
 - 130: interrupted (Ctrl-C).
-
-A reader that closes the output early (``... | head``) ends the command
-quietly with status 0.
 """
 
 import argparse
@@ -139,10 +128,7 @@ def _emit(args, payload, lines):
 
 
 def _describe(X, token_dim, data_format="channels_last", n_decays=None):
-    """'N sequences (d = .., psi = .. features)' from the raw array, before validation.
-
-    With ``n_decays`` decays the model has that many blocks of psi features.
-    """
+    """'N sequences (d = .., psi = .. features)' from the raw array, before validation."""
 
     X = np.asarray(X)
     if X.ndim == 3:
@@ -312,13 +298,7 @@ _DEMO_TEST_SEQUENCES = 500
 
 
 def _demo_bytes(d, n_heads, n_samples, max_len):
-    """Peak memory of ``demo``, estimated from its sizes before anything is drawn.
-
-    Both sequence sets (and the validated copy of each), plus the larger of
-    the fit's arrays (as ``solver="auto"`` would choose them) and the head
-    compression's design matrices (``n_heads d**2`` columns of ``psi`` rows,
-    formed from a ``n_heads d**5`` tensor).
-    """
+    """Peak memory of ``demo``, estimated from its sizes before anything is drawn."""
 
     psi = n_attention_features(d)
     n = n_samples or 4 * psi
@@ -426,13 +406,8 @@ def build_parser(prog="sklearn-linattn"):
     Returns
     -------
     parser : argparse.ArgumentParser
-        The parser, with one subcommand each for ``demo``, ``fit``,
-        ``predict`` and ``certify``; the chosen subcommand's function is
-        ``args.func``.
-
-    See Also
-    --------
-    main : Parse the arguments and run the subcommand.
+        One subcommand each for ``demo``, ``fit``, ``predict`` and
+        ``certify``; the chosen one's function is ``args.func``.
 
     Examples
     --------
@@ -589,11 +564,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def main(argv=None, *, prog="sklearn-linattn"):
-    """Run the command line; returns the exit status.
-
-    Parses ``argv`` with :func:`build_parser` and runs the subcommand; every
-    error becomes one ``error: ...`` line on standard error and an exit
-    status (see the module docstring).
+    """Run the command line; every error becomes one ``error: ...`` line and an exit status.
 
     Parameters
     ----------
@@ -605,12 +576,7 @@ def main(argv=None, *, prog="sklearn-linattn"):
     Returns
     -------
     status : int
-        See the module docstring; usage errors, ``--help`` and ``--version``
-        raise ``SystemExit`` as argparse does.
-
-    See Also
-    --------
-    build_parser : The argument parser.
+        The exit status (usage errors, ``--help`` and ``--version`` raise ``SystemExit``).
 
     Examples
     --------

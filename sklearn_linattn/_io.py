@@ -1,9 +1,4 @@
-"""Model files that are safe to load: plain arrays in ``.npz``, never pickles.
-
-Files are not trusted: they are read member by member, every member's dtype
-and shape checked before its data is read (:mod:`._npz`), and every entry
-checked against the others before the model is returned.
-"""
+"""Model files that are safe to load: plain arrays in ``.npz``, never pickles."""
 
 import json
 import math
@@ -90,11 +85,7 @@ _FILE_ENTRIES = ("format", "format_version", "params", "heads_residual")
 # past the interpreter's recursion limit.
 _MAX_JSON_DEPTH = 32
 def _json_value(name, value):
-    """A parameter as plain JSON data (numpy scalars become Python numbers).
-
-    Parameters of ``_SEQUENCE_PARAMS`` may also be a sequence (a list, tuple
-    or 1-d array) of numbers, written as a JSON array.
-    """
+    """A parameter as plain JSON data; those of ``_SEQUENCE_PARAMS`` may be a JSON array."""
     if (name in _SEQUENCE_PARAMS and not isinstance(value, (str, bytes))
             and np.ndim(value) == 1):
         return [_json_value(f"{name}[{i}]", v) for i, v in enumerate(value)]
@@ -116,20 +107,8 @@ def _json_value(name, value):
 def save_model(model, path):
     """Write a fitted :class:`LinearAttentionRegressor` to an ``.npz`` file.
 
-    The file holds only numeric arrays and text (the parameters as JSON), so
-    :func:`load_model` never unpickles anything.  The identifiability
-    certificate and the sufficient statistics are not stored: recompute the
-    certificate from the data, and refit to continue with ``partial_fit``.
-    A :class:`LinearAttentionRegressorCV` is written as the model it
-    refitted, ``LinearAttentionRegressor(alpha=alpha_, ...)`` (what
-    :func:`load_model` returns), with the decays and terms it was refitted
-    with.
-
-    A model with fixed decays (the parameter ``decay``) is written with them:
-    the parameter, each head's decay (``head_decays_``) and the decays of its
-    standardized coordinates.  A sequence of decays is stored as a JSON array,
-    so it comes back as a list (``decay=(1.0, 0.9)`` loads as
-    ``decay=[1.0, 0.9]``, the same model); one number comes back as it was.
+    Only numeric arrays and text, never pickles; no certificate or sufficient
+    statistics (see :ref:`the FAQ on model files <faq-model-files>`).
 
     Parameters
     ----------
@@ -142,13 +121,9 @@ def save_model(model, path):
     ------
     TypeError
         When ``model`` is not a fitted LinearAttentionRegressor, or a
-        parameter is not plain data.  A ``RandomState`` instance as
-        ``random_state`` is stored as None: it only seeded the head
-        compression, which is done.
+        parameter is not plain data.
     ValueError
-        When the parameter ``decay`` is not the decays the model was fitted
-        with (changed by ``set_params`` after ``fit``): the file would
-        describe another model.
+        When the parameter ``decay`` is not the decays the model was fitted with.
 
     See Also
     --------
@@ -164,14 +139,6 @@ def save_model(model, path):
     >>> save_model(model, path)
     >>> bool(np.allclose(load_model(path).predict(X), model.predict(X)))
     True
-
-    With fixed decays, one block of features per decay:
-
-    >>> model = LinearAttentionRegressor(decay=(1.0, 0.5)).fit(X, X[:, -1, 0])
-    >>> save_model(model, path)
-    >>> loaded = load_model(path)
-    >>> loaded.decay, loaded.coef_.shape, loaded.standardization_.decays
-    ([1.0, 0.5], (1, 12), (1.0, 0.5))
     """
     if not isinstance(model, LinearAttentionRegressor):
         raise TypeError(
@@ -262,13 +229,7 @@ def _standardized_entries(model):
 
 
 def _restore_standardization(path, model, values, decays):
-    """Set ``standardization_`` and the standardized model; check them against the rest.
-
-    ``coef_`` and the heads must be what the standardized model maps back to
-    (the same computation as in ``fit``), else ``predict`` (which works in
-    standardized coordinates) and the attributes would describe different
-    functions.
-    """
+    """Set ``standardization_`` and the standardized model, which must map back to ``coef_``."""
     def fail(key, message):
         raise ValueError(f"{path}: entry {key!r} {message}")
 
@@ -318,12 +279,7 @@ def _restore_standardization(path, model, values, decays):
 
 
 def _json_depth_exceeds(text, limit):
-    """Whether JSON text nests arrays and objects more than ``limit`` levels deep.
-
-    A linear scan without recursion; brackets inside strings do not count.
-    (Outside strings valid JSON has no backslash, so escapes are only
-    followed inside them.)
-    """
+    """Whether JSON text nests more than ``limit`` levels deep (a scan, without recursion)."""
     depth = 0
     in_string = escaped = False
     for char in text:
@@ -456,14 +412,7 @@ def _decays_text(k):
 
 
 def _check_head_decays(path, model, values, decays):
-    """``head_decays_`` and ``standardization_decays`` against the parameter ``decay``.
-
-    Each head's decay must be one of the parameter's, the heads grouped by
-    decay in the parameter's order (the column blocks of ``coef_``), and each
-    group no larger than one block's SVD gives, nor than the parameter
-    ``n_heads`` allows per decay (exactly that many in some group when the
-    heads were compressed).
-    """
+    """``head_decays_`` and ``standardization_decays`` against ``decay`` and ``n_heads``."""
     def fail(key, message):
         raise ValueError(f"{path}: entry {key!r} {message}")
 
@@ -509,11 +458,7 @@ def _check_head_decays(path, model, values, decays):
 
 
 def _head_coefficients(model, decays):
-    """The coefficients ``p(V, Q)`` of the model's heads, shaped as ``coef_``.
-
-    With decays, block by block: block b holds the coefficients of the heads
-    of decay ``decays[b]`` (zeros when it has none).
-    """
+    """The coefficients ``p(V, Q)`` of the model's heads, shaped as ``coef_`` (block by decay)."""
     return attention_coefficients(model.value_matrices_, model.key_query_matrices_,
                                   decays=model.head_decays_ if decays is not None else None,
                                   blocks=decays)
@@ -531,12 +476,7 @@ def _heads_residual(model, decays):
 
 
 def _rounding_allowance(d, d_out):
-    """Relative difference between honest heads and ``coef_`` that is only rounding.
-
-    Heads from the SVD drop singular values below ``max(M.shape) * eps`` times
-    the largest (M is the (d_out d) x d^2 coefficient matrix, with at most
-    min(M.shape) of them), and computing p(V, Q) rounds: 10x that.
-    """
+    """Relative difference between honest heads and ``coef_`` that is only rounding."""
     rows, cols = d_out * d, d * d
     return 10 * max(rows, cols) * math.sqrt(min(rows, cols)) * np.finfo(np.float64).eps
 
@@ -552,18 +492,7 @@ def _check_terms_match_params(path, model):
 
 
 def _check_heads_reproduce_coef(path, model, recorded, decays):
-    """The heads must compute the function ``coef_`` describes.
-
-    ``predict`` uses the heads and ``predict_from_coefficients`` uses
-    ``coef_``; a file in which the two disagree by more than the model says
-    would give two different answers without a warning.  Without compression
-    they must agree to rounding.  A compression leaves a difference; the
-    estimator's ``compression_residual_`` measures it in the coordinates it
-    compressed in, which need not be the data's own units, so the file also
-    records the difference in the data's units (``heads_residual``), and it
-    must be measured again here, to rounding.  With decays the heads of each
-    decay compute their block of ``coef_``.
-    """
+    """The heads must compute ``coef_``: to rounding, or to the recorded ``heads_residual``."""
     d, d_out = model.n_features_in_, model.n_outputs_
     allowance = _rounding_allowance(d, d_out)
     found = _heads_residual(model, decays)
@@ -590,29 +519,9 @@ def _check_heads_reproduce_coef(path, model, recorded, decays):
 def load_model(path):
     """Read a model written by :func:`save_model`, checking every entry.
 
-    Nothing is trusted: the zip directory, each member's ``.npy`` header (its
-    dtype and shape, against what ``n_features_in_``, ``n_outputs_`` and
-    ``n_heads_`` imply, before any data is read), the parameters (through the
-    estimator's own validation), the finiteness of every array, and that the
-    heads compute the function ``coef_`` describes: to rounding when the heads
-    were not compressed, and otherwise differing from it by exactly the
-    relative amount the file records (``heads_residual``, measured by
-    :func:`save_model` in the data's own units), so that ``predict`` and
-    ``predict_from_coefficients`` agree as far as the model says.  Parameters
-    missing from the file take their default values.
-
-    A model with fixed decays (the parameter ``decay``) has each head's decay
-    (``head_decays_``) and the decays of its standardized coordinates in the
-    file too: they must be the parameter's, the heads grouped by decay in its
-    order, and the heads of each decay must compute that decay's block of
-    ``coef_``.  Files of models without decays (and files written before
-    decays existed) have none of these entries and load with ``decay=None``.
-    A sequence of decays comes back as a list.
-
-    A loaded model predicts, scores and generates.  It keeps no sufficient
-    statistics, so ``partial_fit`` raises a ``ValueError``; call ``fit``.
-    ``certificate_`` is not stored (recompute it with
-    :func:`~sklearn_linattn.certify_identifiability` from the data).
+    Nothing in the file is trusted (see :ref:`the FAQ on model files
+    <faq-model-files>`); missing parameters take their defaults.  The
+    model predicts; ``partial_fit`` raises a ``ValueError``.
 
     Parameters
     ----------
@@ -645,10 +554,8 @@ def load_model(path):
     >>> y = X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)  # one head computes this
     >>> save_model(LinearAttentionRegressor(n_heads=1).fit(X, y), path)
     >>> model = load_model(path)
-    >>> model.n_heads_, model.solver_
-    (1, 'eigh')
-    >>> bool(np.allclose(model.predict(X), model.predict_from_coefficients(X)))
-    True
+    >>> model.n_heads_, bool(np.allclose(model.predict(X), model.predict_from_coefficients(X)))
+    (1, True)
     """
     if not isinstance(path, (str, bytes, os.PathLike)):
         raise TypeError(f"path must be a file name; got {type(path).__name__}.")

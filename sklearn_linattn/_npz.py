@@ -1,14 +1,6 @@
 """Reading ``.npz`` files that are not trusted: every member checked before its data is read.
 
-An ``.npz`` is a zip archive of ``.npy`` members; it is read here member by
-member with :mod:`zipfile` and the header functions of
-:mod:`numpy.lib.format`, so that every member's dtype and shape are known,
-and checked, before any of its data is read or any memory is allocated for
-it.  ``numpy.load`` cannot give that guarantee: it allocates whatever a
-header declares (a 780 KB deflate bomb asks for 800 MB) and silently keeps
-the last of two members with the same name.  Model files
-(:func:`~sklearn_linattn.load_model`) and the command line's data files are
-read this way.
+Used for model files and the command line's data files (see the user guide's FAQ).
 """
 
 import collections
@@ -43,12 +35,9 @@ def gib(n_bytes):
 
 
 class NpzReader:
-    """An ``.npz`` archive opened for checked, member-by-member reading.
+    """An ``.npz`` archive read member by member: each :meth:`header` checked before its data.
 
-    ``entries`` maps each key (member name without ``.npy``) to its
-    :class:`zipfile.ZipInfo`; :meth:`header` reads and checks a member's
-    ``.npy`` header only; :meth:`read` reads its data once the caller has
-    checked the header.
+    ``entries`` maps each key (member name without ``.npy``) to its :class:`zipfile.ZipInfo`.
     """
 
     def __init__(self, path, what):
@@ -104,11 +93,9 @@ class NpzReader:
         return ValueError(f"{self.path}: entry {key!r} {message}")
 
     def header(self, key):
-        """``(shape, dtype, fortran_order, data_offset)`` of member ``key``, from its header.
+        """``(shape, dtype, fortran_order, data_offset)`` of member ``key``, checked.
 
-        Only the header is decompressed.  The declared size must equal the
-        member's uncompressed size in the zip directory, and the dtype must
-        hold plain values (no objects, no structured records).
+        The declared size must be the member's size, and the dtype plain values.
         """
         if key in self._headers:
             return self._headers[key]
@@ -192,23 +179,9 @@ class NpzReader:
 def load_arrays(path, required, optional=(), *, memory_budget=None):
     """Read the named arrays of a data ``.npz`` with the same checks as model files.
 
-    Every requested array's dtype and declared size are checked from its
-    header first: object arrays are refused and the total must fit in
-    ``memory_budget`` bytes (default: half the physical memory).
-
-    Parameters
-    ----------
-    path : str or path-like
-    required : sequence of str
-        Keys that must be present.
-    optional : sequence of str, default=()
-        Keys read when present.
-    memory_budget : int or None, default=None
-
-    Returns
-    -------
-    arrays : dict
-        Key to ndarray, for every required key and each optional key present.
+    ``required`` keys must be present, ``optional`` ones are read when they
+    are.  Object arrays are refused, and the arrays' total declared size must
+    fit in ``memory_budget`` bytes (None: half the physical memory).
 
     Examples
     --------

@@ -1,20 +1,4 @@
-"""Repairing a failed certificate: the fewest candidate sequences that close its null space.
-
-:func:`repair_certificate` chooses, from a pool of candidate sequences, a
-small set whose feature rows, added to the training rows, make ``Lambda_D``
-full rank (or make given held-out inputs covered).  The choice is greedy in
-the null space of the current certificate: all rank decisions are made in
-that certificate's standardized coordinates (the rank of a set of rows does
-not depend on an invertible map of the tokens), in the coordinates of an
-orthonormal null basis ``B`` (psi x k).  A candidate's rows ``R`` enter as
-``R B`` (its null components); choosing one removes the span of its residual
-from every other residual (a rank-r update of the chosen directions), so one
-step costs O(pool rows x k x r).  The claim is then checked by recomputing
-:func:`~sklearn_linattn.certify_identifiability` on the union, whose
-standardization differs (the token second moment changes); if rounding at the
-threshold makes the recomputed rank fall short of the predicted one, the
-greedy continues from the recomputed certificate.
-"""
+"""Repairing a failed certificate: the fewest candidate sequences that close its null space."""
 
 import dataclasses
 import math
@@ -42,37 +26,26 @@ _MIN_DRAW = 16
 class RepairResult:  # numpydoc ignore=PR01
     """The sequences chosen to repair a certificate, and the certificate they give.
 
-    Returned by :func:`repair_certificate`, not constructed directly.  Truthy
-    iff the goal was reached.
+    Returned by :func:`repair_certificate`.  Truthy iff the goal was reached.
 
     Attributes
     ----------
     indices : ndarray of int or None
-        Positions of the chosen sequences in ``candidates``, in the order
-        chosen; None when the candidates came from a generator.
+        Positions of the chosen sequences in ``candidates``; None for a generator.
     added : ndarray of shape (n_added, n_tokens, d)
         The chosen sequences, NaN-padded, in the order chosen.
     certificate : IdentifiabilityCertificate
-        :func:`~sklearn_linattn.certify_identifiability` of the training
-        sequences followed by ``added`` (``solver="eigh"``, the given
-        ``readout`` and ``tol``), recomputed on the union.
+        The certificate (``solver="eigh"``) of the training sequences and ``added``.
     n_added : int
         Number of sequences chosen.
     reached : bool
-        Whether the goal holds for ``certificate``: it holds (no ``target``),
-        or it covers every ``target`` sequence.
+        Whether ``certificate`` holds, or with a ``target`` covers all of it.
     null_dimension : int
-        ``n_features - certificate.rank``: undetermined directions left (0
-        when the certificate holds).
+        ``n_features - certificate.rank``: undetermined directions left.
     n_uncovered : int
-        Number of ``target`` sequences ``certificate`` does not cover (0
-        without a target).
+        Number of ``target`` sequences not covered (0 without a target).
     lower_bound : int
-        Fewest additions any choice could need, from the initial certificate:
-        the dimension k still to close (``psi - rank`` without a target, the
-        dimension of the null components of the target's rows with one),
-        divided by the most feature rows a candidate has (1 for
-        ``readout="last"``), rounded up.
+        Fewest additions any choice could need, from the initial certificate.
 
     Examples
     --------
@@ -137,17 +110,7 @@ def _null_basis(cert):
 
 
 class _Greedy:
-    """One round of the greedy in the null coordinates of one certificate.
-
-    Parameters
-    ----------
-    cert : IdentifiabilityCertificate
-        Failed certificate, from a dense solver (complete null space).
-    H : ndarray of shape (m, t, psi)
-        Candidate feature rows in its coordinates (zero rows for padding).
-    T : ndarray of shape (n_t, psi) or None
-        Target feature rows (None: close the whole null space).
-    """
+    """One round of the greedy in the null coordinates of one failed dense certificate."""
 
     def __init__(self, cert, H, T=None):
         space = cert._row_space
@@ -249,57 +212,40 @@ def repair_certificate(
 ):
     """Choose the fewest candidate sequences to add so that the certificate holds.
 
-    Greedy in the null space of the certificate: repeatedly adds the
-    candidate whose feature rows bring the most new directions, and among
-    those the most energy in the undetermined directions relative to their
-    own norm, until ``Lambda_D`` has full rank (or every ``target`` input is
-    covered), then recomputes the certificate on the union.
+    Greedy in the null space of the certificate; the fewest possible for
+    ``readout="last"`` without a target, a heuristic otherwise.
 
     Parameters
     ----------
     X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
         Training sequences, NaN-padded (trailing all-NaN tokens are padding).
     candidates : array-like of shape (m, n_tokens_c, d), list of (n_i, d) arrays, or callable
-        The pool to choose from, or a generator ``candidates(k, rng)`` that
-        returns k new candidate sequences (an array or a list; ``rng`` is a
-        :class:`numpy.random.Generator`).  A generator is drawn in rounds of
-        ``max(16, 2 * r)`` candidates, r the dimension still to close, and
-        the greedy chooses within each round; it stops after a round from
-        which nothing is chosen.
+        The pool, or a generator ``candidates(k, rng)`` of k new sequences
+        (``rng``: a :class:`numpy.random.Generator`), called with ``k =
+        max(16, 2 r)``, r the dimension still to close, until nothing is chosen.
     readout : {"last", "all"}, default="last"
-        Whose feature rows count, as in
-        :func:`~sklearn_linattn.certify_identifiability`: one per sequence,
-        or one per prefix (then a candidate adds all its prefix rows and can
-        close several directions at once).
+        One feature row per sequence, or one per prefix, as in
+        :func:`~sklearn_linattn.certify_identifiability`.
     target : array-like of shape (n_target, n_tokens_t, d), list of arrays, or None, default=None
-        None: repair the certificate itself.  Otherwise held-out inputs to
-        make covered (:meth:`IdentifiabilityCertificate.covers` all True),
-        which may need far fewer additions.
+        Held-out inputs to make covered; None: repair the certificate itself.
     max_added : int or None, default=None
         Most sequences to add; None: no limit beyond the pool.
     tol : float or None, default=None
-        Threshold on the eigenvalues of ``Lambda_D``, passed to
-        :func:`~sklearn_linattn.certify_identifiability` for every
-        certificate computed here.
+        Eigenvalue threshold of every certificate computed.
     random_state : int, RandomState instance, Generator or None, default=None
         Seeds the ``rng`` handed to a generator; unused for a fixed pool.
 
     Returns
     -------
     result : RepairResult
-        The chosen ``indices`` (positions in a fixed pool) and sequences
-        (``added``), the recomputed ``certificate`` of X plus ``added``, and
-        whether the goal was ``reached``.  When the pool cannot reach it
-        (its sequences do not span the missing directions, or ``max_added``
-        is too small), no error is raised: ``reached`` is False and
-        ``null_dimension`` / ``n_uncovered`` say what is left, with the
-        useful sequences the pool had added.
+        The chosen sequences and the recomputed certificate; falsy (no error)
+        when the pool cannot reach the goal.
 
     Raises
     ------
     ValueError
-        If ``candidates`` (or what a generator returns) or ``target`` do not
-        have the token dimension of X, or a parameter is out of range.
+        If ``candidates`` or ``target`` do not have the token dimension of X,
+        or a parameter is out of range.
     TypeError
         If ``candidates`` is neither sequences nor callable.
 
@@ -307,32 +253,13 @@ def repair_certificate(
     --------
     certify_identifiability : The certificate being repaired.
 
-    Notes
-    -----
-    With ``readout="last"`` and no target, each added sequence closes at most
-    one direction and the greedy adds only sequences that close one, so it
-    stops after exactly ``psi - rank`` additions whenever the pool can
-    repair the certificate: the fewest possible (the sets of rows that close
-    the null space are the bases of a linear matroid, all of one size).  With
-    ``readout="all"`` or a target the problem is a covering problem (hard in
-    general) and the greedy is a heuristic; ``benchmarks/repair_sizes.py``
-    measures it against brute force (see the user guide).
-
-    A direction counts as closed when its squared size exceeds 16 times both
-    ``tol * W`` (W the number of rows) and the rounding level relative to the
-    candidate's energy; the verdict is the recomputed certificate's, and if
-    it falls short of the greedy's prediction (rounding at the threshold) the
-    greedy continues from it.
-
     Examples
     --------
-    >>> import numpy as np
     >>> from sklearn_linattn import certify_identifiability, repair_certificate
     >>> from sklearn_linattn.datasets import make_associative_memory
     >>> X, _ = make_associative_memory(200, 2, distribution="orthonormal", random_state=0)
-    >>> cert = certify_identifiability(X)
-    >>> bool(cert), cert.n_features - cert.rank
-    (False, 4)
+    >>> bool(certify_identifiability(X))
+    False
     >>> pool, _ = make_associative_memory(30, 2, random_state=1)  # Gaussian memories
     >>> result = repair_certificate(X, pool)
     >>> bool(result.certificate), result.n_added, result.indices.shape

@@ -1,44 +1,6 @@
 """Learn with the fewest samples: designed identifying inputs, and learning from an oracle.
 
-The certificate of :func:`~sklearn_linattn.certify_identifiability` is about
-the inputs only, so when the inputs can be chosen (a layer one can query, a
-simulator) they can be chosen to identify the model with the fewest
-sequences the algebra allows, and as well conditioned as possible:
-
-- :func:`minimum_design_size`: the fewest sequences whose feature rows can
-  have full rank psi = d**2 (d + 1) / 2;
-- :func:`identifying_design`: such sequences, with the certificate's
-  ``min_eigenvalue`` made large by a local optimization;
-- :func:`learn_from_oracle`: queries a function on designed batches until
-  the fitted model is identified (and, for a noisy function, until the
-  certificate's error bound meets a tolerance).
-
-How many sequences
-------------------
-With ``readout="last"`` every sequence gives one feature row, so psi
-sequences are needed, and psi sequences of at least two tokens suffice
-(generic inputs reach full rank).  With ``readout="all"`` every prefix is a
-row, but the first prefix of a sequence, ``x_1``, has the features
-``x_1 x_1^T (x) x_1``: only the ``d (d + 1) (d + 2) / 6`` symmetric cubic
-monomials, whatever the number of sequences.  n sequences of T tokens thus
-give at most ``min(n, d (d + 1) (d + 2) / 6) + n (T - 1)`` independent rows,
-and generic inputs attain it (measured: ``benchmarks/designed_data.py``), so
-the fewest sequences is the least n for which this reaches psi:
-``ceil(psi / T)`` for T >= 3 (and for T = 2 with d <= 4), more for T = 2
-and d >= 5 (70 instead of 63 at d = 6).
-
-How the design is built
------------------------
-The certificate's ``min_eigenvalue`` is the least eigenvalue of ``Lambda_D =
-Phi^T Phi / N`` for the whitened tokens (unit token second moment), a
-smooth function of the inputs away from repeated eigenvalues.  Starting from
-Gaussian sequences, :func:`identifying_design` maximizes the smooth
-criterion ``phi_p = (mean(lambda_i**-p))**(-1/p)`` (Kiefer's criteria;
-p = 1 is A-optimality, p -> infinity is E-optimality, ``lambda_min``) by
-L-BFGS with its exact gradient, for p = 1, 4, 16, 64 in turn, each stage
-starting from the last; the gradient includes the whitening, so the
-criterion is exactly that of the certificate.  The result is returned
-whitened.
+See the user guide's design page.
 """
 
 import math
@@ -82,35 +44,25 @@ def minimum_design_size(d, *, n_tokens, readout="last"):
     n_tokens : int
         Number of tokens of every sequence, at least 1.
     readout : {"last", "all"}, default="last"
-        ``"last"``: one feature row per sequence, so psi = d**2 (d + 1) / 2
-        sequences.  ``"all"``: one row per prefix; the first prefix of every
-        sequence only spans the d (d + 1) (d + 2) / 6 symmetric cubic
-        monomials, so the least n with ``min(n, d (d + 1) (d + 2) / 6) + n
-        (n_tokens - 1) >= psi``.
+        One feature row per sequence, or one per prefix.
 
     Returns
     -------
     n_samples : int
-        The fewest sequences of ``n_tokens`` tokens with which the
-        certificate can hold; generic (and the designed) inputs of that size
-        make it hold.
+        The fewest sequences of ``n_tokens`` tokens with which the certificate
+        can hold; generic (and designed) inputs of that size make it hold.
 
     Raises
     ------
     ValueError
-        When no number of sequences of that length can identify the model:
-        sequences of one token (for d >= 2) only ever give symmetric cubic
-        features.
+        When no number of sequences of that length identifies the model
+        (one-token sequences for d >= 2), or for invalid arguments.
 
     Examples
     --------
     >>> from sklearn_linattn.design import minimum_design_size
-    >>> minimum_design_size(3, n_tokens=4)
-    18
-    >>> minimum_design_size(3, n_tokens=4, readout="all")  # ceil(18 / 4)
-    5
-    >>> minimum_design_size(6, n_tokens=2, readout="all")  # not ceil(126 / 2) = 63
-    70
+    >>> minimum_design_size(3, n_tokens=4), minimum_design_size(3, n_tokens=4, readout="all")
+    (18, 5)
     """
     d = _check_size(d, "d")
     n_tokens = _check_size(n_tokens, "n_tokens")
@@ -158,10 +110,8 @@ def _feature_rows(Y, readout):
 def _criterion(X, readout, p):
     """``log phi_p`` of the certificate's ``Lambda_D`` at X and its gradient in X.
 
-    The criterion is invariant to invertible maps of the tokens, so its
-    gradient at X is the gradient at the whitened ``Y = X W`` times W; at a
-    whitened point, the whitening's first-order change ``-Y dM / 2`` removes
-    ``Y sym(Y^T G) / n_tokens_total`` from the plain gradient G.
+    The gradient is G at the whitened ``Y = X W``, less ``Y sym(Y^T G) / n_tokens_total``,
+    times W.
     """
     n, T, d = X.shape
     Y, W = _whiten(X)
@@ -198,12 +148,7 @@ def _criterion(X, readout, p):
 
 
 def _check_design_memory(n_samples, n_tokens, d, readout):
-    """Refuse, before allocating them, feature rows and Gram matrices beyond the budget.
-
-    Each evaluation of the criterion holds the feature rows and their product
-    with the gradient (two N x psi arrays) and the psi x psi Gram matrix with
-    its eigenvectors and the gradient's matrix (three).
-    """
+    """Refuse, before allocating them, feature rows and Gram matrices beyond the budget."""
     psi = n_attention_features(d)
     n_rows = n_samples * (1 if readout == "last" else n_tokens)
     need = 8.0 * (2 * n_rows * psi + 3 * psi * psi)
@@ -238,6 +183,9 @@ def identifying_design(d, *, n_tokens, readout="last", n_samples=None, max_iter=
                        random_state=None):
     """Input sequences that identify the model with the fewest samples, well conditioned.
 
+    The certificate's ``min_eigenvalue`` is maximized locally from Gaussian
+    sequences (method and gains: the user guide's :ref:`design-designed-inputs`).
+
     Parameters
     ----------
     d : int
@@ -245,62 +193,38 @@ def identifying_design(d, *, n_tokens, readout="last", n_samples=None, max_iter=
     n_tokens : int
         Number of tokens of every sequence (at least 2 for d >= 2).
     readout : {"last", "all"}, default="last"
-        The readout the design is for: the certificate of
-        ``certify_identifiability(X, readout=readout)`` holds.
+        The readout whose certificate the design makes hold.
     n_samples : int or None, default=None
-        Number of sequences; None is :func:`minimum_design_size`, the fewest
-        possible.  More gives a larger ``min_eigenvalue``.
+        Number of sequences; None is :func:`minimum_design_size`, the fewest.
     max_iter : int, default=100
-        L-BFGS iterations of each of the four stages of the optimization
-        (0: the Gaussian starting point, whitened).
+        L-BFGS iterations of each of the four stages (0: the whitened start).
     random_state : int, RandomState instance, Generator or None, default=None
-        Seeds the Gaussian starting point; the optimization is deterministic,
-        so an integer gives the same design every time.
+        Seeds the Gaussian start; an integer gives the same design every time.
 
     Returns
     -------
     X : ndarray of shape (n_samples, n_tokens, d), float64
-        Whitened sequences (their token second moment is the identity, the
-        scale of standard Gaussian tokens) whose certificate holds, with its
-        ``min_eigenvalue`` locally maximal (as the criterion's last stage
-        leaves it).
+        Whitened sequences (unit token second moment) whose certificate
+        holds, with its ``min_eigenvalue`` locally maximal.
 
     Raises
     ------
     ValueError
-        If ``n_samples`` is below :func:`minimum_design_size` (no inputs of
-        that size identify the model), before allocating feature rows and
-        psi x psi matrices beyond the memory budget (half the physical
-        memory; each criterion evaluation is then also an O(psi**3)
-        eigen-decomposition), or for invalid arguments.
+        If ``n_samples`` is below :func:`minimum_design_size`, the memory budget
+        would be exceeded, the result's certificate fails, or for invalid arguments.
 
     See Also
     --------
     minimum_design_size : how many sequences, and why.
     learn_from_oracle : query a function on such designs.
 
-    Notes
-    -----
-    The certificate's ``min_eigenvalue`` is the least eigenvalue of the
-    standardized ``Lambda_D``; the design maximizes ``(mean(lambda_i**-p))**(-1/p)``
-    for p = 1, 4, 16 and 64 in turn (each stage starting from the last),
-    which tends to ``lambda_min`` as p grows while staying smooth where
-    eigenvalues meet.  At the minimal size it is 3.5e3 to 4.8e5 times
-    above i.i.d. Gaussian inputs of the same size for d >= 3 (see the user guide's
-    table, ``benchmarks/designed_data.py``).
-
     Examples
     --------
-    >>> import numpy as np
     >>> from sklearn_linattn import certify_identifiability
     >>> from sklearn_linattn.design import identifying_design
     >>> X = identifying_design(2, n_tokens=3, random_state=0)
-    >>> X.shape  # psi = 6 sequences, the fewest
-    (6, 3, 2)
-    >>> cert = certify_identifiability(X)
-    >>> bool(cert), cert.min_eigenvalue > 100 * certify_identifiability(
-    ...     np.random.default_rng(0).normal(size=X.shape)).min_eigenvalue
-    (True, True)
+    >>> X.shape, bool(certify_identifiability(X))  # psi = 6 sequences, the fewest
+    ((6, 3, 2), True)
     """
     d = _check_size(d, "d")
     n_tokens = _check_size(n_tokens, "n_tokens")
@@ -341,44 +265,32 @@ class OracleFit:  # numpydoc ignore=PR01
     Attributes
     ----------
     model : LinearAttentionRegressor
-        Fitted on every sequence sent to the oracle; its ``certificate_``
-        holds.
+        Fitted on every sequence sent to the oracle; its ``certificate_`` holds.
     n_queries : int
         Number of sequences sent to the oracle.
     n_calls : int
         Number of calls of the oracle.
     residual : float
-        Relative residual of the fit, ``||y - model.predict(X)|| / ||y||``
-        over every answer (0 when the rows do not exceed psi: the fit then
-        interpolates any answers).
+        Relative residual ``||y - model.predict(X)|| / ||y||`` over every answer.
     noise : float
-        Estimated standard deviation of the oracle's noise per output
-        (0 for an oracle found exact).
+        Estimated standard deviation of the noise per output (0 if exact).
     epsilon : float
-        The excess empirical risk the error bound is computed for (0 for an
-        exact oracle).
+        The excess empirical risk the error bound is computed for (0 if exact).
     error_bound : float
-        Largest ``model.certificate_.error_bound(X_eval, epsilon)`` over the
-        reference inputs: with probability at least ``1 - 2 delta`` under
-        i.i.d. Gaussian noise, the true function is within it of the model
-        there.  0 for an exact oracle, NaN when not computed (``tol=None``).
+        Largest ``model.certificate_.error_bound(X_eval, epsilon)``, valid with
+        probability at least ``1 - 2 delta`` under i.i.d. Gaussian noise; 0 for
+        an exact oracle, NaN when not computed.
     linear_attention : bool or None
-        True: the answers are a linear attention to rounding.  False: they
-        are not (see ``note``).  None: not tested (the minimal design alone
-        interpolates any answers).
+        Whether the answers are a linear attention to rounding; None: untested.
     converged : bool
         Whether the goal was met: identification for ``tol=None``,
         ``error_bound <= tol`` otherwise.
     note : str
         What the residual says, in plain words.
-    X : ndarray of shape (n_queries, n_tokens, d)
-        Every sequence sent to the oracle, in order.
+    X : ndarray of shape (n_sequences, n_tokens, d)
+        The sequences fitted, in order (not the repeated check sequence).
     y : ndarray
-        The oracle's answers to X, in its own form: ``(n_queries,)`` or
-        ``(n_queries, d_out)`` for ``readout="last"``, ``(n_queries,
-        n_tokens)`` or ``(n_queries, n_tokens, d_out)`` for ``"all"``.
-        A repeated query (``n_check``) is counted in ``n_queries`` but not
-        kept here.
+        The oracle's answers to X, in its own form.
 
     See Also
     --------
@@ -386,14 +298,11 @@ class OracleFit:  # numpydoc ignore=PR01
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from sklearn_linattn import mhla_forward
     >>> from sklearn_linattn.design import learn_from_oracle
-    >>> rng = np.random.default_rng(0)
-    >>> V, Q = rng.normal(size=(1, 1, 2)), rng.normal(size=(1, 2, 2))
-    >>> fit = learn_from_oracle(lambda X: mhla_forward(X, V, Q), 2, n_tokens=3, random_state=0)
-    >>> fit.n_queries, fit.n_calls
-    (6, 1)
+    >>> one_head = lambda X: X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1)
+    >>> fit = learn_from_oracle(one_head, 2, n_tokens=3, random_state=0)
+    >>> fit.n_queries, fit.n_calls, bool(fit.model.certificate_)
+    (6, 1, True)
     """
 
     def __init__(self, **fields):  # numpydoc ignore=PR01,EX01
@@ -504,50 +413,40 @@ def learn_from_oracle(oracle, d, *, d_out=None, readout="last", n_tokens=None, t
                       exact_rtol=1e-9, delta=1e-3, max_iter=100, random_state=None):
     """Learn a linear attention from a function one can query, with the fewest queries.
 
+    Fits the answers to the minimal identifying design; with ``tol``, tests the function and
+    queries more until the error bound meets ``tol`` (see :ref:`design-oracle`).
+
     Parameters
     ----------
     oracle : callable
-        ``oracle(X) -> y`` for X a float64 array of shape (m, n_tokens, d);
-        y of shape (m,) or (m, d_out) for ``readout="last"``, (m, n_tokens)
-        or (m, n_tokens, d_out) for ``"all"`` (NumPy arrays, or PyTorch
-        tensors, e.g. ``lambda X: layer(torch.from_numpy(X))``).
+        ``oracle(X) -> y`` for X of shape (m, n_tokens, d); y of shape (m,) or
+        (m, d_out) for ``readout="last"``, (m, n_tokens) or (m, n_tokens,
+        d_out) for ``"all"``; NumPy arrays or PyTorch tensors.
     d : int
         Token dimension.
     d_out : int or None, default=None
         Number of outputs; None takes it from the first answer.
     readout : {"last", "all"}, default="last"
-        Which outputs the oracle gives: the last position's, or every
-        position's (causal).
+        Whether the oracle answers at the last position or at every position.
     n_tokens : int or None, default=None
         Length of the query sequences; None is ``d + 1``.
     tol : float or None, default=None
-        None: identify an exact oracle with the fewest queries, the minimal
-        design only (:func:`minimum_design_size`); nothing tests whether the
-        oracle is a linear attention unless ``n_check`` asks for it.  A float
-        > 0: an absolute tolerance on the outputs at the reference inputs
-        ``X_eval``; ``n_check`` sequences are added to test the oracle, and a
-        noisy oracle is queried on further designs until the certificate's
-        error bound there is at most ``tol``.
+        Absolute tolerance on the outputs at ``X_eval``; None: the minimal
+        design only, untested unless ``n_check`` asks.
     X_eval : array-like of shape (n_eval, n_tokens_eval, d) or None, default=None
-        Reference inputs of the error bound (any length); None uses the
-        first design (whitened tokens: unit second moment, the scale of
-        standard Gaussian tokens).
+        Reference inputs of the error bound; None uses the first design.
     max_queries : int or None, default=None
-        Most sequences sent to the oracle; None is 100 times the minimal
-        design.  When reached before ``tol``, a ConvergenceWarning is
-        issued and ``converged`` is False.
+        Most sequences sent (None: 100 times the minimal design); reaching it
+        before ``tol`` issues a ConvergenceWarning.
     n_check : int or None, default=None
-        Extra sequences (a rotated copy of part of the design: new inputs,
-        the same certificate) whose answers test the fit, plus one repeated
-        sequence that tells noise from a deterministic misfit.  None: 0 when
+        Extra sequences that test the fit, plus one repeat.  None: 0 when
         ``tol`` is None, else ``max(2, n_min // 4)``.
     n_heads : int, "auto" or None, default=None
         Passed to :class:`~sklearn_linattn.LinearAttentionRegressor`.
     exact_rtol : float, default=1e-9
         Relative residual at or below which the answers count as exact.
     delta : float, default=1e-3
-        Failure probability of each of the two noise estimates behind the
-        error bound (see Notes).
+        Failure probability of each of the two noise estimates of the bound.
     max_iter : int, default=100
         Passed to :func:`identifying_design`.
     random_state : int, RandomState instance, Generator or None, default=None
@@ -556,55 +455,32 @@ def learn_from_oracle(oracle, d, *, d_out=None, readout="last", n_tokens=None, t
     Returns
     -------
     result : OracleFit
-        The fitted model, ``n_queries``, ``n_calls``, the residual, the error
-        bound and a plain-words ``note``.
+        The fitted model, the query counts, the residual and the error bound.
 
     Raises
     ------
     TypeError
         If ``oracle`` is not callable or returns something not numeric.
     ValueError
-        If ``oracle`` returns an array of the wrong shape or non-finite
-        values, or for invalid arguments.
+        If ``oracle`` returns the wrong shape or non-finite values, or for
+        invalid arguments.
 
     See Also
     --------
     identifying_design : the queries.
     OracleFit : the result.
 
-    Notes
-    -----
-    The loop: (1) query the minimal identifying design and fit (the
-    certificate holds by construction); with ``tol=None`` and ``n_check=0``
-    stop there.  (2) Query ``n_check`` check sequences and one repeat of the
-    first design sequence, and refit on everything.  A relative residual at
-    or below ``exact_rtol`` means the oracle is a linear attention: stop,
-    identified.  A residual above it while the repeat returns the same
-    answer means a deterministic function that is *not* a linear attention
-    (softmax attention, say): the model is its least-squares linear-attention
-    approximation on the queries; stop, and ``note`` says so.  (3) Otherwise
-    the oracle is noisy: with RSS the residual sum of squares over N rows
-    and d_out outputs, ``sigma^2 <= RSS / chi2_delta(d_out (N - psi))`` and
-    the true coefficients' excess risk is at most ``epsilon = sigma^2
-    chi2_{1-delta}(d_out psi) / N`` (i.i.d. Gaussian noise, each with
-    probability ``1 - delta``); the certificate's ``error_bound(X_eval,
-    epsilon)`` then bounds the distance of the model to the true function.
-    While it exceeds ``tol``, rotated copies of the design are queried (as
-    many as the bound's 1/sqrt(N) decay says, at most doubling each time).
-
     Examples
     --------
     >>> import numpy as np
-    >>> from sklearn_linattn import mhla_forward, same_function
+    >>> from sklearn_linattn import mhla_forward
     >>> from sklearn_linattn.design import learn_from_oracle
     >>> rng = np.random.default_rng(0)
     >>> V, Q = rng.normal(size=(2, 1, 2)), rng.normal(size=(2, 2, 2))
     >>> fit = learn_from_oracle(lambda X: mhla_forward(X, V, Q), 2, n_tokens=3, random_state=0)
-    >>> fit.n_queries, bool(fit.model.certificate_)
+    >>> X_long = rng.normal(size=(5, 40, 2))  # longer than the queries
+    >>> fit.n_queries, bool(np.allclose(fit.model.predict(X_long), mhla_forward(X_long, V, Q)))
     (6, True)
-    >>> X_long = rng.normal(size=(5, 40, 2))
-    >>> bool(np.allclose(fit.model.predict(X_long), mhla_forward(X_long, V, Q)))
-    True
     """
     readout = check_readout(readout)
     d = _check_size(d, "d")

@@ -1,10 +1,4 @@
-"""Helpers for testing the package's estimators with scikit-learn's own tools.
-
-:func:`expected_failed_checks` lists the checks of
-:func:`sklearn.utils.estimator_checks.check_estimator` that an estimator of
-this package fails on purpose, each with its reason, in the form
-``check_estimator`` and ``parametrize_with_checks`` take.
-"""
+"""Helpers for testing the package's estimators with scikit-learn's own tools."""
 
 from ._adam import AdamLinearAttentionRegressor
 from ._estimators import LinearAttentionRegressor
@@ -52,17 +46,8 @@ _ESTIMATORS = (LinearAttentionRegressor, LinearAttentionFeatures, AdamLinearAtte
 def expected_failed_checks(estimator):
     """The scikit-learn estimator checks an estimator of this package is expected to fail.
 
-    Every estimator of the package passes scikit-learn's common checks but
-    those that read a 2-D X as a table of features: here a 2-D X holds
-    univariate sequences (``d = 1``, one token per column), so
-    ``n_features_in_`` is the token dimension and X with another number of
-    columns is valid input (sequences of another length).  The dictionary
-    holds exactly the checks that fail for that reason, for this
-    estimator's kind (transformer checks for the transformers,
-    :class:`~sklearn_linattn.LinearAttentionFeatures`,
-    :class:`~sklearn_linattn.preprocessing.PositionalEncoding` and
-    :class:`~sklearn_linattn.preprocessing.Patches`, the
-    ``partial_fit`` check for estimators that have it).
+    Exactly the checks that read a 2-D X as a table of features, which here
+    holds univariate sequences (the user guide's FAQ on ``check_estimator``).
 
     Parameters
     ----------
@@ -73,11 +58,8 @@ AdamLinearAttentionRegressor, PositionalEncoding or Patches
     Returns
     -------
     checks : dict of str to str
-        Check name to the reason it fails, as the ``expected_failed_checks``
-        argument of :func:`~sklearn.utils.estimator_checks.check_estimator`
-        takes it (and what the callable of
-        :func:`~sklearn.utils.estimator_checks.parametrize_with_checks`
-        returns).
+        Check name to the reason it fails, the ``expected_failed_checks`` of
+        :func:`~sklearn.utils.estimator_checks.check_estimator`.
 
     Raises
     ------
