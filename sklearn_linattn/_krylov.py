@@ -1,10 +1,7 @@
-"""Preconditioned conjugate gradients, and the Lanczos process CG carries out.
+"""Preconditioned block conjugate gradients, and the Lanczos process CG carries out.
 
-The matrix-free solver and the certificate's matrix-free eigenvalue bounds
-share this Krylov machinery: block CG with residual replacement (so that
-inexact float32 products still give exact float64 residuals), and the
-Lanczos record of CG's first column (CG on ``G x = b`` preconditioned by
-``M^{-1}`` is Lanczos on the pencil ``(G, M)``).
+The matrix-free solver and the certificate's matrix-free eigenvalue bounds share it; the
+user guide's "Large problems" page describes the method.
 """
 
 import time
@@ -20,12 +17,8 @@ _CG_REPLACE = 1e-2
 
 
 class ByColumns:
-    """Different operators on the columns of a block: ``first`` below ``split``, ``second`` from it.
-
-    :func:`pcg` calls it with the indices of the block's columns, so that the
-    columns of one solve (the fit, with its ridge penalty and preconditioner)
-    and of another (the certificate's probes) share every product with G.
-    An operator None contributes zero (no penalty).
+    """Different operators on the columns of a block: ``first`` below ``split``, ``second`` from
+    it (None contributes zero), so that two systems share every product with G.
     """
 
     def __init__(self, split, first, second):
@@ -46,44 +39,29 @@ def _apply(fn, V, idx):
 
 def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, stop=None,
         *, record_column=0, stop_columns=None, chain=None, info=None):
-    """Preconditioned CG on ``(G + penalty) X = Bm``, one independent recurrence per column.
+    """Preconditioned block CG on ``(G + penalty) X = Bm``, one independent recurrence per column.
 
-    ``penalty`` is None or a function returning the ridge term's product
-    ``alpha P V`` for a block V; ``precond`` and ``penalty`` may be
-    :class:`ByColumns` (different systems in one block).
+    Returns ``(X, n_iter, rel)``, ``rel`` the final relative residuals (exact ones with
+    ``exact``).  A column stops when ``rel <= rtol`` (a number or one per column), after
+    ``max_iter`` of its iterations (counted afresh in each stage of a chain), or when
+    ``stop(n_iter)`` returns True (for ``stop_columns``, default all).
 
-    Columns stop when ``||residual|| <= rtol * ||b||`` (``rtol`` a number or
-    one per column); the products of the still-active columns share one pass
-    over the data.
-
-    ``exact``, when given, is an accurate product and ``matmat`` a cheaper,
-    inexact one (the float32 cache).  The recursive residual is then
-    replaced by the exact ``Bm - (G + penalty) X`` (residual replacement,
-    van der Vorst and Ye 2000) whenever it has fallen by ``_CG_REPLACE``
-    since the last replacement, and before a column stops: only exact
-    residuals stop a column, so ``rtol`` holds for the exact system.  The
-    other active columns whose residual has fallen since their last
-    replacement are replaced in the same exact product.
-
-    ``record`` (a :class:`LanczosRecord`) keeps the Lanczos vectors and
-    coefficients of column ``record_column``; ``stop(n_iter)``, checked
-    before every iteration, ends the columns ``stop_columns`` (default all)
-    when it returns True.
-
-    ``chain``, a dict with ``columns`` (indices), ``rtol`` (one per stage
-    after the first) and an empty list ``solutions``: when all these columns
-    have converged, their solution is appended to ``solutions`` (their
-    iteration count to ``iterations``) and becomes
-    their right-hand side, a new solve from zero (``G X_{j+1} = X_j``, with
-    no penalty), once per entry of ``chain["rtol"]``; the last stage's
-    solution, for the right-hand side divided by ``chain["scales"][-1]``, is
-    in the returned X.  (Columns stopped by ``stop`` or
-    ``max_iter`` end the chain.)  The record follows the first stage only.
-
-    ``max_iter`` is a number or one per column (iterations of each column,
-    counted afresh in each stage of a chain); ``info``, a dict, receives
-    ``iterations``, those counts, and ``seconds``, the wall time from the
-    start of the call to each column's last stop.
+    Parameters
+    ----------
+    precond, penalty : callable or ByColumns
+        The products ``M^{-1} V`` and ``alpha P V`` (the ridge term; None: no penalty).
+    exact : callable or None
+        An accurate product when ``matmat`` is a cheaper, inexact one (a float32 cache): only
+        exact residuals then stop a column, so ``rtol`` holds for the exact system.
+    record : LanczosRecord or None
+        Keeps the Lanczos vectors of column ``record_column`` (first stage only).
+    chain : dict or None
+        ``columns``, ``rtol`` (one per further stage) and an empty list ``solutions``: when
+        these columns converge, their solution is appended (iteration count to
+        ``iterations``, scale to ``scales``) and, divided by that scale, solved again
+        (``G X_{j+1} = X_j``, no penalty); X holds the last stage's.
+    info : dict or None
+        Receives ``iterations`` and ``seconds`` (to each column's last stop), per column.
     """
     started = time.perf_counter()
     psi, k = Bm.shape
@@ -200,15 +178,8 @@ def pcg(matmat, Bm, precond, penalty, rtol, max_iter, exact=None, record=None, s
 
 
 class LanczosRecord:
-    """Lanczos vectors and coefficients of the first column of preconditioned CG.
-
-    Preconditioned CG on ``G x = b`` (preconditioner ``M^{-1}``) is Lanczos on
-    the pencil ``(G, M)``: the vectors ``(-1)^k z_k / sqrt(r_k^T z_k)`` (z_k
-    the preconditioned residuals) are M-orthonormal, and the step lengths
-    alpha_k and ratios beta_k give their tridiagonal matrix,
-    ``T_kk = 1/alpha_k + beta_{k-1}/alpha_{k-1}``, ``T_{k,k+1} =
-    sqrt(beta_k)/alpha_k``.  Vectors are kept in float32 (for Ritz vectors
-    that are then checked with exact products).
+    """Lanczos vectors (float32) and coefficients of one column of preconditioned CG on
+    ``G x = b``, which is Lanczos on the pencil ``(G, M)``.
     """
 
     def __init__(self, psi, max_steps):

@@ -1,10 +1,6 @@
 """Memory: the budget dense arrays may use, chunking, and the shapes every module shares.
 
-One place for the memory model of the package: how many bytes a fit may
-allocate (:func:`default_memory_budget`), how many sequences a chunk of work
-holds (:func:`sample_chunks`, bounded by scikit-learn's
-``working_memory``), and the small counts everything else is sized by
-(:func:`n_pairs`, :func:`real_tokens`, :func:`sample_values`).
+The rules are described on the user guide's "Large problems" page.
 """
 
 import os
@@ -43,20 +39,8 @@ FLOP_RATE = 1e10
 
 
 def default_memory_budget():
-    """Bytes that dense arrays may use: half the physical memory.
-
-    Read with ``os.sysconf``; 8 GiB where the platform does not report it.
-
-    Returns
-    -------
-    budget : int
-        Bytes.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._memory import default_memory_budget
-    >>> default_memory_budget() > 0
-    True
+    """Bytes that dense arrays may use: half the physical memory (``os.sysconf``), 8 GiB where
+    the platform does not report it.
     """
     try:
         pages = os.sysconf("SC_PHYS_PAGES")
@@ -79,18 +63,8 @@ def n_pairs(d):
 
 
 def least_squares_work(n_rows, psi):
-    """Floating-point operations of a dense least squares of n_rows x psi, at the least.
-
-    Every dense solver forms the smaller of the psi x psi Gram matrix and
-    the n_rows x n_rows row kernel (``n_rows psi k`` operations, k =
-    min(n_rows, psi)) and factorizes it (``k**3 / 3``, Cholesky's count;
-    eigendecompositions and SVDs cost several times more).
-
-    Examples
-    --------
-    >>> from sklearn_linattn._memory import least_squares_work
-    >>> f"{least_squares_work(1000, 288):.3g}"  # d = 8: well under a second
-    '9.09e+07'
+    """Floating-point operations of a dense least squares of n_rows x psi, at the least:
+    ``n_rows psi k + k**3 / 3`` with ``k = min(n_rows, psi)``.
     """
     n_rows, psi = float(n_rows), float(psi)
     k = min(n_rows, psi)
@@ -98,16 +72,8 @@ def least_squares_work(n_rows, psi):
 
 
 def heads_size(d, d_out):
-    """Bytes and floating-point operations of the SVD that turns coefficients into heads.
-
-    The coefficients of d_out outputs form a (d_out d) x d**2 matrix M
-    (:func:`~sklearn_linattn.heads_from_coefficients`); its thin SVD holds M
-    and the two factors and costs at least ``m n k`` operations (m x n = the
-    shape of M, k = min(m, n)).
-
-    Returns
-    -------
-    n_bytes, flops : float
+    """Bytes and floating-point operations ``(n_bytes, flops)`` of the thin SVD that turns the
+    coefficients of d_out outputs, a (d_out d) x d**2 matrix, into heads.
     """
     m, n = float(d_out) * d, float(d) * d
     k = min(m, n)
@@ -120,10 +86,8 @@ def real_tokens(lengths, n_tokens):
 
 
 def zero_padding(X, lengths):
-    """X with zeros at positions ``>= lengths`` (a new array only when some are padded).
-
-    Padded positions may hold anything, NaN included; the zero tokens then
-    contribute nothing to any feature.
+    """X with zeros at positions ``>= lengths`` (a new array only when some are padded), so that
+    padding, NaN included, adds nothing to any feature.
     """
     if lengths.size == 0 or lengths.min() >= X.shape[1]:
         return X
@@ -131,11 +95,8 @@ def zero_padding(X, lengths):
 
 
 def sample_values(d, n_tokens, readout, per_row):
-    """Float64 values one sequence occupies in a chunk of feature-row work arrays.
-
-    Its tokens, its folded second moments (one per row for ``"all"``) and
-    ``per_row`` values for each of its feature rows (one for ``"last"``, one
-    per position for ``"all"``).
+    """Float64 values one sequence occupies in a chunk of feature-row work arrays: its tokens, its
+    folded moments, and ``per_row`` values per feature row.
     """
     rows = 1 if readout == "last" else n_tokens
     moments = d * d if readout == "last" else n_tokens * n_pairs(d)
@@ -143,32 +104,8 @@ def sample_values(d, n_tokens, readout, per_row):
 
 
 def sample_chunks(n_samples, values_per_sample, budget=None):
-    """Slices of consecutive samples whose work arrays fit a chunk.
-
-    A chunk holds at most 32 MiB of float64 work values, or scikit-learn's
-    ``working_memory`` (``sklearn.set_config``) when that is smaller, and
-    at least one sample.
-
-    Parameters
-    ----------
-    n_samples : int
-        Number of samples to cover.
-    values_per_sample : int
-        Number of float64 values one sample needs in its work arrays.
-    budget : int or None, default=None
-        Number of values a chunk may use; None applies the rule above.
-
-    Returns
-    -------
-    list of slice
-        Consecutive samples, one slice per chunk (a list, not a generator: a
-        loop over it does not re-enter this module at every chunk).
-
-    Examples
-    --------
-    >>> from sklearn_linattn._memory import sample_chunks
-    >>> sample_chunks(5, 10, budget=20)
-    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """Slices of consecutive samples whose work arrays (``values_per_sample`` float64 each) fit a
+    chunk of ``budget`` values: by default 32 MiB, or ``working_memory`` when smaller.
     """
     if budget is None:
         working = float(get_config()["working_memory"]) * 2**20

@@ -1,9 +1,5 @@
-"""The checks of parameters (numbers, options, random states) and a fit's checked parameters.
-
-Every estimator and function shares these messages.  :class:`FitParams` is
-what a fit reads instead of the estimator: each parameter checked once, at
-the start of ``fit`` or ``partial_fit``, with the progress log ``verbose``
-asks for.
+"""The checks of parameters (numbers, options, random states, decays), with the messages every
+estimator shares, and :class:`FitParams`, a fit's parameters checked once.
 """
 
 import numbers
@@ -34,41 +30,8 @@ def check_number(
 ):
     """Check one numeric parameter; the message names it, the range and the value.
 
-    Parameters
-    ----------
-    value : object
-        The parameter as given.
-    name : str
-        Its name, used in error messages.
-    integer : bool, default=False
-        Require an integer (bools are refused); otherwise any finite real.
-    low, high : float or None
-        Bounds of the allowed range (None: unbounded on that side).
-    low_open, high_open : bool, default=False
-        Exclude the bound itself.
-    allow_none : bool, default=False
-        Accept None (returned as is).
-
-    Returns
-    -------
-    value : int, float or None
-
-    Raises
-    ------
-    TypeError
-        When ``value`` is not a number of the expected kind.
-    ValueError
-        When it is not finite or outside the range.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._params import check_number
-    >>> check_number(3, "n_heads", integer=True, low=1)
-    3
-    >>> check_number(1.5, "beta_1", low=0, high=1, high_open=True)
-    Traceback (most recent call last):
-        ...
-    ValueError: beta_1 must be a real number in [0, 1); got 1.5.
+    An int with ``integer=True`` (bools refused), else a finite float; ``low``, ``high`` bound
+    it (None: unbounded; ``*_open`` excludes the bound); ``allow_none`` lets None through.
     """
     if low is not None and high is not None:
         interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
@@ -109,37 +72,8 @@ def check_number(
 
 
 def validate_random_state(random_state, name="random_state"):
-    """``sklearn.utils.check_random_state`` with errors that name the argument.
-
-    Parameters
-    ----------
-    random_state : None, int, numpy.random.RandomState or numpy.random.Generator
-        None (numpy's global generator), an integer seed in [0, 2**32 - 1], a
-        RandomState, or a Generator (whose bit generator the result shares:
-        drawing advances the caller's state).
-    name : str, default="random_state"
-        Name of the argument, used in error messages.
-
-    Returns
-    -------
-    rng : numpy.random.RandomState
-
-    Raises
-    ------
-    TypeError
-        For anything that is not one of those types (bools included).
-    ValueError
-        For an integer outside [0, 2**32 - 1].
-
-    Examples
-    --------
-    >>> from sklearn_linattn._params import validate_random_state
-    >>> validate_random_state(0).randint(10) == validate_random_state(0).randint(10)
-    True
-    >>> validate_random_state("abc")
-    Traceback (most recent call last):
-        ...
-    TypeError: random_state must be None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator; got 'abc' of type str.
+    """``sklearn.utils.check_random_state`` with errors that name the argument; a Generator's
+    bit generator is shared, so drawing advances the caller's state.
     """
     expected = "None, an int in [0, 2**32 - 1], a numpy RandomState or a numpy Generator"
     if isinstance(random_state, np.random.Generator):
@@ -157,53 +91,15 @@ def validate_random_state(random_state, name="random_state"):
 
 
 def check_option(value, name, options):
-    """Check a parameter that takes one of a few strings; the message names it and them.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._params import check_option
-    >>> check_option("onehot", "kind", ("onehot", "sinusoidal"))
-    'onehot'
-    """
+    """Check a parameter that takes one of a few strings; the message names it and them."""
     if not isinstance(value, str) or value not in options:
         raise ValueError(f"{name} must be one of {options}; got {value!r}.")
     return value
 
 
 def check_decays(decay, name="decay"):
-    """The fixed decays of a model's feature blocks, as a tuple (None: no decay).
-
-    A decay ``gamma`` weights a token ``s`` steps before the query by
-    ``gamma**s``; 1 is no decay.  One float is one block; a sequence gives one
-    block per decay, in the order given, so its entries must differ.
-
-    Parameters
-    ----------
-    decay : None, float or array-like of float
-        Each in (0, 1].
-    name : str, default="decay"
-        Name of the argument, used in error messages.
-
-    Returns
-    -------
-    decays : tuple of float or None
-
-    Raises
-    ------
-    TypeError
-        When an entry is not a real number.
-    ValueError
-        When an entry is outside (0, 1], the sequence is empty or has repeats.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._params import check_decays
-    >>> check_decays(0.9), check_decays([1.0, 0.5]), check_decays(None)
-    ((0.9,), (1.0, 0.5), None)
-    >>> check_decays([0.5, 0.5])
-    Traceback (most recent call last):
-        ...
-    ValueError: decay must hold distinct decays (one feature block each); got [0.5, 0.5].
+    """The fixed decays, each in (0, 1], as a tuple (None: no decay): one feature block per decay,
+    in the order given, so a sequence's entries must differ.
     """
     if decay is None:
         return None
@@ -227,28 +123,7 @@ def check_decays(decay, name="decay"):
 
 
 def check_head_decays(decays, n_heads, name="decays"):
-    """The decay of every head as a float64 array of shape (n_heads,), or None.
-
-    Parameters
-    ----------
-    decays : None, float or array-like of shape (n_heads,)
-        Each in (0, 1]; one float is every head's decay.
-    n_heads : int
-    name : str, default="decays"
-        Name of the argument, used in error messages.
-
-    Returns
-    -------
-    decays : ndarray of shape (n_heads,) or None
-
-    Examples
-    --------
-    >>> from sklearn_linattn._params import check_head_decays
-    >>> check_head_decays(0.5, 2)
-    array([0.5, 0.5])
-    >>> check_head_decays([1.0, 0.9, 0.9], 3)
-    array([1. , 0.9, 0.9])
-    """
+    """The decay of every head, each in (0, 1], as a float64 array (n_heads,), or None."""
     if decays is None:
         return None
     try:
@@ -297,13 +172,7 @@ def check_flag(value, name):
 
 
 class ProgressLog:
-    """The progress lines ``verbose`` asks for: a message and the seconds since the start.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._params import ProgressLog
-    >>> ProgressLog("Model", verbose=0)("silent")  # prints nothing
-    """
+    """The progress lines ``verbose`` asks for: a message and the seconds since the start."""
 
     def __init__(self, name, verbose):
         self.name = name
@@ -319,9 +188,7 @@ class ProgressLog:
 class FitParams:
     """A fit's parameters, each checked once; the fit reads these, not the estimator.
 
-    Built by :meth:`checked` from an estimator's parameters.  ``alpha`` is
-    None for a search (it sets the penalty from its candidates), ``decays``
-    the checked ``decay`` (None: one block, no decay).
+    ``alpha`` is None for a search (it checks its candidates), ``decays`` None for no decay.
     """
 
     readout: str
@@ -342,18 +209,8 @@ class FitParams:
     def checked(cls, estimator, *, solvers, alpha=True, decay=True, terms=True):
         """Check the fit parameters of ``estimator`` (its ``get_params`` names).
 
-        ``solvers`` are the solver names it accepts; ``alpha``, ``decay`` and
-        ``terms`` (``fit_intercept``, ``fit_skip``) say whether it has those
-        as plain parameters (a search has candidates instead, which it checks
-        itself; ``intercept`` and ``skip`` are then None).
-
-        Examples
-        --------
-        >>> from sklearn_linattn import LinearAttentionRegressor
-        >>> from sklearn_linattn._params import FitParams
-        >>> params = FitParams.checked(LinearAttentionRegressor(decay=0.9), solvers=("auto",))
-        >>> params.decays, params.n_blocks
-        ((0.9,), 1)
+        ``solvers``: the solver names it accepts; ``alpha``, ``decay``, ``terms``: False when it
+        has no such plain parameter (``intercept`` and ``skip`` are then None).
         """
         e = estimator
         readout, layout = check_reading(e.readout, e.token_dim, e.data_format)

@@ -19,10 +19,10 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     """Cubic features of multi-head linear attention (the paper's Algorithm 2).
 
     Maps each sequence to the psi = d**2 (d + 1) / 2 features
-    ``S[j, k] * x_last[l]`` (j <= k) with ``S = sum_t x_t x_t^T``: every
-    one-layer multi-head linear attention, with any number of heads, is a
-    linear function of them.  Any linear model on these features is a
-    linear-attention model.
+    ``S[j, k] * x_last[l]`` (j <= k) with ``S = sum_t x_t x_t^T``.  Every
+    one-layer multi-head linear attention is a linear function of them, so any
+    linear model on them is a linear-attention model.  See the user guide's
+    :ref:`features-pipeline` section.
 
     Parameters
     ----------
@@ -31,22 +31,12 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         ``n_columns // token_dim`` tokens.  None reads 2-D X as univariate
         sequences (d = 1).
     readout : {"last", "all"}, default="last"
-        ``"last"``: one row per sequence, the features of the whole sequence
-        (the output at its last token).  ``"all"``: one row per real
-        (non-padded) position, the features of the prefix ending there
-        (``S`` summed up to that position, ``x_last`` its token): the rows
-        of ``LinearAttentionRegressor(readout="all")``, sequence by
-        sequence and position by position, padded positions skipped.  A
-        regressor after it in a Pipeline then takes per-position targets
-        in the same order: ``y[real]`` for targets ``y`` of shape
-        (n_samples, n_tokens[, d_out]) and ``real = ~np.isnan(X).all(axis=2)``
-        (Examples); scikit-learn's cross-validation, which splits X and y
-        alike, needs the regressor instead.
+        ``"last"``: one row per sequence.  ``"all"``: one row per real
+        position, the features of the prefix ending there, in the order of
+        ``X[real]`` for ``real = ~np.isnan(X).all(axis=2)``.
     data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d) with tokens
-        along axis 1 (tslearn's, the package's own); ``"channels_first"`` is
-        (n_samples, d, n_tokens), the "numpy3D" layout of aeon and sktime
-        (n_samples, n_channels, n_timepoints).
+        Layout of X: (n_samples, n_tokens, d), or (n_samples, d, n_tokens), the
+        "numpy3D" layout of aeon and sktime.
     include_bias : bool, default=False
         Prepend a constant column ``1`` (the intercept of
         ``LinearAttentionRegressor(fit_intercept=True)``).
@@ -55,9 +45,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         term of ``LinearAttentionRegressor(fit_skip=True)``.
     decay : None, float or array-like of float, default=None
         Fixed decays in (0, 1], as ``LinearAttentionRegressor(decay=...)``:
-        one block of psi features per decay, side by side in the order
-        given, block b built from ``S = sum_t gamma_b**(r - t) x_t x_t^T``
-        (r the row's position).
+        one block of psi features per decay, side by side in the order given.
 
     Attributes
     ----------
@@ -69,7 +57,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
 
     See Also
     --------
-    LinearAttentionRegressor : least squares on these features, returned as
+    LinearAttentionRegressor : Least squares on these features, returned as
         attention heads.
 
     Examples
@@ -82,26 +70,6 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     (5, 6)
     >>> list(feats.get_feature_names_out()[:2])
     ['S[x0,x0]*last[x0]', 'S[x0,x0]*last[x1]']
-
-    With ``readout="all"``, before a plain regressor on per-position targets
-    (here of a causal two-head layer, on sequences of 3 to 5 tokens):
-
-    >>> from sklearn.linear_model import LinearRegression
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn_linattn import mhla_forward
-    >>> rng = np.random.default_rng(0)
-    >>> V, Q = rng.normal(size=(2, 1, 2)), rng.normal(size=(2, 2, 2))
-    >>> X = rng.normal(size=(40, 5, 2))
-    >>> X[::2, 3:] = np.nan                              # padding
-    >>> y = mhla_forward(X, V, Q, readout="all")[..., 0]  # (40, 5), NaN at padding
-    >>> real = ~np.isnan(X).all(axis=2)                  # the real positions
-    >>> pipe = make_pipeline(LinearAttentionFeatures(readout="all"),
-    ...                      LinearRegression(fit_intercept=False)).fit(X, y[real])
-    >>> pred = pipe.predict(X)                           # one per real position
-    >>> pred.shape, bool(np.allclose(pred, y[real]))
-    ((160,), True)
-    >>> y_hat = np.full(y.shape, np.nan)                 # back to (n_samples, n_tokens)
-    >>> y_hat[real] = pred
     """
 
     def __init__(self, token_dim=None, *, readout="last", data_format="channels_last",
@@ -143,8 +111,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Returns
         -------
         self : LinearAttentionFeatures
-            The fitted transformer, with ``n_features_in_`` and
-            ``n_features_out_`` set.
+            The fitted transformer.
 
         Examples
         --------
@@ -174,34 +141,25 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Sequences of any length, with the token dimension d seen in
-            ``fit``; trailing all-NaN tokens are padding.
+            Sequences of any length with the token dimension seen in ``fit``;
+            trailing all-NaN tokens are padding.
 
         Returns
         -------
         H : ndarray of shape (n_rows, n_output_features), float64
-            The features ``S[j, k] * x_last[l]`` (j <= k), after the constant
-            and last-token columns when asked for, in the order of
-            :meth:`get_feature_names_out` (``n_features_out_`` columns).
-            ``readout="last"``: one row per sequence (``n_rows =
-            n_samples``).  ``readout="all"``: one row per real position, the
-            prefix ending there, sequence by sequence (``n_rows`` = the total
-            number of real tokens; row order that of ``X[real]`` for the
-            boolean mask ``real`` of real positions).
+            ``n_features_out_`` columns, in the order of
+            :meth:`get_feature_names_out`.  One row per sequence for
+            ``readout="last"``; one per real position, in the order of
+            ``X[real]``, for ``readout="all"``.
 
         Examples
         --------
-        Features sum over the tokens, so they grow with the length:
-
         >>> import numpy as np
         >>> from sklearn_linattn import LinearAttentionFeatures
         >>> X = [np.ones((3, 2)), np.ones((5, 2))]  # two sequences, 3 and 5 tokens
         >>> LinearAttentionFeatures().fit(X).transform(X)
         array([[3., 3., 3., 3., 3., 3.],
                [5., 5., 5., 5., 5., 5.]])
-
-        With ``readout="all"``, one row per prefix (3 + 5 of them):
-
         >>> LinearAttentionFeatures(readout="all").fit(X).transform(X)[:4, 0]
         array([1., 2., 3., 1.])
         """
@@ -233,8 +191,8 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         Returns
         -------
         names : ndarray of str objects, shape (n_output_features,)
-            One name per column of :meth:`transform`: ``"1"`` and
-            ``"last[x]"`` for the term columns, then the cubic features.
+            One name per column of :meth:`transform`: ``"1"`` and ``"last[x]"``
+            for the term columns, then the cubic features.
 
         Examples
         --------

@@ -1,11 +1,7 @@
-"""Sequences in, padded arrays and lengths out.
+"""Checks of user data (sequences, targets, weights, heads) and of how it is read.
 
-The checks of user data (sequences, lengths, targets, weights, heads) and
-of how they are read (``readout``, ``token_dim``, ``data_format``) live
-here, so that every estimator and function reports a malformed argument with
-the same words; the checks of other parameters are in :mod:`._params`.  The
-padding rule (trailing all-NaN tokens) is implemented once, in
-:func:`sequence_lengths`.
+Every estimator and function reports a malformed argument with these messages;
+the padding rule is implemented once, in :func:`sequence_lengths`.
 """
 
 import numbers
@@ -61,10 +57,8 @@ def _check_real_dtype(a, name):
 
 
 def check_host_tensor(a, name):
-    """``a`` unchanged unless it is a tensor NumPy cannot read: then a TypeError naming the fix.
-
-    Duck-typed (no framework import): a tensor that requires grad, or whose
-    ``device`` is not the CPU, must be detached and copied by its owner.
+    """``a`` unchanged unless it is a tensor NumPy cannot read (it requires grad or is
+    not on the CPU): then a TypeError naming the fix.
     """
     device = getattr(getattr(a, "device", None), "type", "cpu")
     if getattr(a, "requires_grad", False) is True or device != "cpu":
@@ -88,8 +82,7 @@ def _numeric_object_array(a, name, expected):
 
 
 def as_real_array(a, name, *, finite=False):
-    """``a`` as a float64 array, refusing complex and non-numeric values by name.
-
+    """``a`` as a float64 array, refusing complex and non-numeric values by name;
     ``finite=True`` also refuses NaN and infinity, naming the first entry.
     """
     try:
@@ -108,9 +101,8 @@ def as_real_array(a, name, *, finite=False):
 def pad_targets(items, n_tokens, name, expected, offset=0):
     """Per-sequence targets (n_tokens_i[, d_out]) padded with NaN to n_tokens positions.
 
-    ``expected(i, trail)`` words what item i should have been when its shape
-    does not fit (trail: the output shape of the first item).  Messages
-    number the items from ``offset``.
+    ``expected(i, trail)`` words what item i should have been; messages number the items
+    from ``offset``.
     """
     items = [as_real_array(s, f"{name}[{i + offset}]") for i, s in enumerate(items)]
     trail = items[0].shape[1:]
@@ -145,20 +137,16 @@ def check_data_format(data_format):
 
 
 def check_reading(readout, token_dim, data_format):
-    """How an estimator reads X and y, checked: ``readout`` and the layout.
-
-    Returns ``readout`` and ``{"token_dim": ..., "data_format": ...}``, the
-    keywords of :func:`check_sequences`.
+    """``readout`` and the layout keywords ``{"token_dim", "data_format"}`` of
+    :func:`check_sequences`, checked.
     """
     return check_readout(readout), {"token_dim": check_token_dim(token_dim),
                                     "data_format": check_data_format(data_format)}
 
 
 def to_data_format(Y, data_format):
-    """Arrays in the package's layout (n, n_tokens, ...) -> the user's layout.
-
-    Swaps the token axis (1) and the last axis for ``"channels_first"``;
-    arrays with fewer than three axes are returned as they are.
+    """Arrays in the package's layout (n, n_tokens, ...) to the user's layout:
+    ``"channels_first"`` swaps axis 1 and the last axis of arrays with three or more.
     """
     if data_format == "channels_first" and np.ndim(Y) >= 3:
         return np.swapaxes(Y, 1, -1)
@@ -190,10 +178,8 @@ def item_ndim(s):
 
 
 def _pad_list(seqs, name, data_format="channels_last", offset=0):
-    """Stack a list of (n_tokens_i, d) arrays into one NaN-padded 3-D array.
-
-    With ``data_format="channels_first"`` the items are (d, n_tokens_i).
-    """
+    """A list of (n_tokens_i, d) arrays, (d, n_tokens_i) for channels_first, as one NaN-padded
+    3-D array."""
     shape = "(d, n_tokens)" if data_format == "channels_first" else "(n_tokens, d)"
     arrays = []
     for i, s in enumerate(seqs):
@@ -239,35 +225,10 @@ def _pad_list(seqs, name, data_format="channels_last", offset=0):
 
 
 def sequence_lengths(X, *, name="X", offset=0):
-    """Number of real tokens in each padded sequence: the padding rule.
+    """Number of real tokens of each padded sequence (int64): the padding rule.
 
-    A token (a row ``X[i, t]``) is padding when all its entries are NaN, and
-    padding may only trail the sequence.  A partly-NaN token, a NaN token
-    followed by a real one, or a sequence with no real token is an error.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Floating-point sequences, possibly NaN-padded.
-    name : str, default="X"
-        Name of the argument, used in error messages.
-    offset : int, default=0
-        Index of the first sequence in error messages (for a block of a
-        larger array).
-
-    Returns
-    -------
-    lengths : ndarray of shape (n_samples,), dtype int64
-        ``lengths[i]`` is the number of leading real tokens of ``X[i]``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._validation import sequence_lengths
-    >>> X = np.ones((2, 3, 2))
-    >>> X[1, 2] = np.nan
-    >>> sequence_lengths(X)
-    array([3, 2])
+    Trailing all-NaN tokens are padding; a partly-NaN token, an all-NaN token before a
+    real one, or a sequence without a real token is a ValueError.
     """
     n_samples, n_tokens, _ = X.shape
     if X.size and not np.isnan(np.sum(X)):
@@ -308,66 +269,25 @@ def check_sequences(
     X, *, token_dim=None, n_features_in=None, name="X", fill_value=0.0, copy=True,
     data_format="channels_last", expected_by=None, offset=0, defer_finite=False,
 ):
-    """Validate sequence input and return a padded 3-D float array and lengths.
+    """Validate sequences; return a padded 3-D array (n_samples, n_tokens, d) and the lengths.
+
+    X is read as the user guide's "Data conventions" say (3-D, a list of 2-D arrays, or
+    2-D with ``token_dim``; ``data_format``).  Floating dtypes are kept, others become
+    float64; the result is in the package's layout and X is never modified.
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, n_tokens, d), list of (n_tokens_i, d) \
-arrays, or array-like of shape (n_samples, n_columns)
-        Sequences.  Trailing all-NaN tokens are padding.  A 2-D array holds
-        univariate sequences (d = 1) unless ``token_dim`` is given, in which
-        case each row is read as ``n_columns // token_dim`` tokens of size
-        ``token_dim``.
-    token_dim : int or None, default=None
-        Token dimension d for 2-D input.  For 3-D or list input it must be
-        None or equal to d (a contradiction is an error, not ignored).
-    n_features_in : int or None, default=None
-        Expected token dimension (as seen in ``fit``); None accepts any.
-        ``expected_by`` says in the error message where it comes from
-        (default: the dimension an estimator was fitted on).
-    name : str, default="X"
-        Name of the argument, used in error messages.
-    fill_value : float or None, default=0.0
-        Value written into padded positions of the returned array; None keeps
-        the NaN padding.  Zero tokens add nothing to the attention sums, which
-        is why the numerical code asks for zeros.
-    copy : bool, default=True
-        False lets the result share memory with the input when no conversion
-        and no filling is needed (for callers that only read it).
-    data_format : {"channels_last", "channels_first"}, default="channels_last"
-        ``"channels_first"`` reads X as (n_samples, d, n_tokens) (a list of
-        (d, n_tokens_i) arrays; for 2-D X with ``token_dim``, each row as
-        ``token_dim`` channels of ``n_columns // token_dim`` values), as aeon
-        and sktime store multivariate series; the result is in the package's
-        layout either way.
-    expected_by : str or None, default=None
-        Where ``n_features_in`` comes from, for the error message.
-    offset : int, default=0
-        Index of the first sequence in error messages (for a block of a
-        larger array).
-    defer_finite : bool, default=False
-        Leave out the check for NaN and infinity (the padding rule) and
-        return ``lengths`` None: for a caller that reads every value anyway
-        and finishes the check with :func:`complete_sequences` where it sees
-        a non-finite one (a fit's moments do).
-
-    Returns
-    -------
-    X : ndarray of shape (n_samples, n_tokens, d), float64, float32 or float16
-        A new array unless ``copy=False`` (the input is never modified).
-        Floating input keeps its dtype (the certificate's tolerance follows
-        its precision; computations are in float64); any other numeric
-        input becomes float64.
-    lengths : ndarray of shape (n_samples,), int64
-        Number of real tokens of each sequence.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._validation import check_sequences
-    >>> X, lengths = check_sequences([np.ones((3, 2)), np.ones((1, 2))])
-    >>> X.shape, lengths
-    ((2, 3, 2), array([3, 1]))
+    n_features_in : int or None
+        Expected token dimension d; ``expected_by`` says in the message where it comes from.
+    fill_value : float or None
+        Written at padded positions (zero tokens add nothing to the sums); None keeps NaN.
+    copy : bool
+        False lets the result share memory with X when nothing is converted or filled.
+    offset : int
+        Index of the first sequence in messages (for a block of a larger array).
+    defer_finite : bool
+        Skip the NaN and infinity checks and return lengths None; the caller finishes
+        them with :func:`complete_sequences`.
     """
     token_dim = check_token_dim(token_dim)
     data_format = check_data_format(data_format)
@@ -484,21 +404,10 @@ arrays, or array-like of shape (n_samples, n_columns)
 
 
 def complete_sequences(X, *, name="X", offset=0, fill_value=0.0, copy=True):
-    """The check of :func:`check_sequences` on the values: infinity, NaN, the padding rule.
+    """The checks :func:`check_sequences` defers: infinity, NaN and the padding rule.
 
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Sequences as :func:`check_sequences` shapes them.
-    name, offset, fill_value, copy
-        As for :func:`check_sequences`.
-
-    Returns
-    -------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        ``fill_value`` at padded positions (a copy when some are padded, unless
-        ``copy=False`` and ``X`` may be written).
-    lengths : ndarray of shape (n_samples,), int64
+    Returns X with ``fill_value`` at padded positions (copied first unless ``copy=False``) and
+    the lengths.
     """
     # One pass: a finite sum means no NaN and no infinity (both propagate).
     # Otherwise scikit-learn's check words the refusal of infinity.
@@ -531,12 +440,7 @@ def _check_token_dimension(X, n_features_in, name, expected_by=None, two_d=False
 
 
 def check_lengths_array(lengths, n_samples, n_tokens):
-    """Validate explicit sequence lengths: integers from 1 to ``n_tokens``.
-
-    Returns
-    -------
-    lengths : ndarray of shape (n_samples,), int64
-    """
+    """Explicit sequence lengths as int64, each from 1 to ``n_tokens``."""
     raw = np.asarray(lengths)
     if raw.shape != (n_samples,) or raw.dtype.kind not in "iu":
         raise ValueError(
@@ -553,25 +457,10 @@ def check_lengths_array(lengths, n_samples, n_tokens):
 
 
 def check_lengths(X, lengths, *, n_features_in=None, name="X", expected_by=None):
-    """Validate a NaN-free 3-D array with explicit lengths; zero its padding.
+    """Validate a NaN-free 3-D X with explicit ``lengths``; return X and lengths (int64).
 
-    For callers that keep sequence lengths beside the data instead of NaN
-    padding.  Tokens at positions ``>= lengths[i]`` are ignored: the returned
-    array holds zeros there (a copy is made only when needed).
-
-    Parameters
-    ----------
-    X : array-like of shape (n_samples, n_tokens, d)
-    lengths : array-like of int, shape (n_samples,)
-        Each between 1 and n_tokens.
-    n_features_in : int or None
-        Expected token dimension d.
-    name : str, default="X"
-
-    Returns
-    -------
-    X : ndarray of shape (n_samples, n_tokens, d), float64, float32 or float16
-    lengths : ndarray of shape (n_samples,), int64
+    Tokens at positions ``>= lengths[i]`` are ignored and zeroed (in a copy, when some are
+    not zero); NaN or infinity within the lengths is a ValueError.
     """
     X = np.asarray(check_host_tensor(X, name))
     _check_real_dtype(X, name)
@@ -598,37 +487,11 @@ def check_lengths(X, lengths, *, n_features_in=None, name="X", expected_by=None)
 
 def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="channels_last",
                   offset=0):
-    """Validate targets against validated sequences.
+    """Validate targets against validated sequences; return ``(Y, single_output)``.
 
-    Parameters
-    ----------
-    y : array-like or list of array-likes
-        For ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
-        For ``readout="all"``: shape (n_samples, n_tokens) or
-        (n_samples, n_tokens, d_out), NaN at padded positions; or a list of
-        (n_tokens_i,) / (n_tokens_i, d_out) arrays.
-    lengths : ndarray of shape (n_samples,)
-        Sequence lengths from :func:`check_sequences`.
-    n_tokens : int
-        Padded length of the validated X.
-    readout : {"last", "all"}
-    name : str, default="y"
-    data_format : {"channels_last", "channels_first"}, default="channels_last"
-        With ``"channels_first"`` and ``readout="all"``, targets with an
-        output axis are (n_samples, d_out, n_tokens) (or a list of
-        (d_out, n_tokens_i) arrays), like the sequences.
-    offset : int, default=0
-        Index of the first sequence in error messages (for a block of a
-        larger array).
-
-    Returns
-    -------
-    Y : ndarray of float64
-        Shape (n_samples, d_out) for ``"last"``; (n_samples, n_tokens, d_out)
-        for ``"all"`` with zeros at padded positions.
-    single_output : bool
-        True when y had no output axis (predictions are then returned without
-        one too).
+    ``Y`` is (n_samples, d_out) for ``readout="last"``, (n_samples, n_tokens, d_out) with zeros
+    at padded positions for ``"all"`` (where y may be a list of per-sequence targets, with the
+    output axis first for ``"channels_first"``); ``single_output``: y had no output axis.
     """
     check_readout(readout)
     n_samples = lengths.shape[0]
@@ -718,31 +581,9 @@ def check_targets(y, lengths, n_tokens, *, readout, name="y", data_format="chann
 
 
 def check_sample_weight(sample_weight, n_samples, *, name="sample_weight", offset=0):
-    """Validate per-sequence weights.
+    """Per-sequence weights as a new float64 array of shape (n_samples,), or None.
 
-    Parameters
-    ----------
-    sample_weight : array-like of shape (n_samples,), real number or None
-        Non-negative finite weight of each sequence; a number gives every
-        sequence that weight.
-    n_samples : int
-        Number of sequences.
-    name : str, default="sample_weight"
-        Name of the argument, used in error messages.
-    offset : int, default=0
-        Index of the first sequence in error messages (for a block of a
-        larger array).
-
-    Returns
-    -------
-    sample_weight : ndarray of shape (n_samples,), float64, or None
-        A new array; None when None was given.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._validation import check_sample_weight
-    >>> check_sample_weight([1, 0, 2.5], 3)
-    array([1. , 0. , 2.5])
+    A number gives every sequence that weight; weights must be finite and non-negative.
     """
     if sample_weight is None:
         return None

@@ -1,13 +1,8 @@
 """Scorers and metric helpers that skip padded positions.
 
-With ``readout="all"`` the targets and the predictions of variable-length
-sequences hold NaN at padded positions.  scikit-learn's string scorers
-(``scoring="r2"``, ...) pass those NaN to the metric, which then raises, and
-a search such as :class:`~sklearn.model_selection.GridSearchCV` records NaN
-for every candidate and keeps the first one.  :func:`sequence_scorer` wraps
-scikit-learn's own scorer so that it sees only the real positions, each
-position weighted by the weight of its sequence; :func:`drop_padding` does the
-same for a metric function called by hand.
+With ``readout="all"``, targets and predictions hold NaN at padded positions,
+which scikit-learn's string scorers pass to the metric; the scorers here see
+only the real positions (the user guide's "Scoring variable-length sequences").
 """
 
 import copy
@@ -60,7 +55,7 @@ _REGRESSION_SCORER_NAMES = (
 def regression_scorer_names():
     """List the scorer names that :func:`sequence_scorer` accepts.
 
-    The regression scorer names of the installed scikit-learn's
+    These are the regression scorer names of the installed scikit-learn's
     :func:`sklearn.metrics.get_scorer`.
 
     Returns
@@ -76,10 +71,8 @@ def regression_scorer_names():
     --------
     >>> from sklearn_linattn.metrics import regression_scorer_names
     >>> names = regression_scorer_names()
-    >>> "r2" in names and "neg_mean_squared_error" in names
-    True
-    >>> "accuracy" in names
-    False
+    >>> "r2" in names, "neg_mean_squared_error" in names, "accuracy" in names
+    (True, True, False)
     """
     available = set(get_scorer_names())
     return sorted(name for name in _REGRESSION_SCORER_NAMES if name in available)
@@ -146,48 +139,42 @@ def _resolve_readout(readout, y, pred):
 def drop_padding(y_true, y_pred, sample_weight=None, *, readout=None):
     """Keep the targets, predictions and weights at real (non-padded) positions.
 
-    With ``readout="all"`` the position ``[i, t]`` is padding when ``y_true``
-    is NaN there; it must then be NaN in ``y_pred`` too (and the reverse),
-    otherwise the targets and the sequences are misaligned and a
-    ``ValueError`` names the first such position.  The real positions of all
-    sequences are stacked, in order, as the samples of an ordinary regression
-    problem, and each gets the weight of its sequence.  With
-    ``readout="last"`` nothing is padding: NaN anywhere is an error, and the
-    arrays come back as given (as float64).
+    With ``readout="all"``, ``[i, t]`` is padding where ``y_true`` is NaN, and
+    ``y_pred`` must be NaN exactly there too; the real positions of all
+    sequences are stacked in order, each with its sequence's weight.  With
+    ``readout="last"`` nothing is padding: the arrays come back as float64.
+    See the user guide's :doc:`/scoring` page.
 
     Parameters
     ----------
     y_true : array-like
-        ``readout="all"``: shape (n_samples, n_tokens) or
-        (n_samples, n_tokens, d_out) with NaN at padded positions, or a list
-        of (n_tokens_i,) / (n_tokens_i, d_out) arrays.  ``readout="last"``:
-        shape (n_samples,) or (n_samples, d_out).
+        ``readout="all"``: shape (n_samples, n_tokens[, d_out]) with NaN at
+        padded positions, or a list of (n_tokens_i[, d_out]) arrays.
+        ``readout="last"``: shape (n_samples,) or (n_samples, d_out).
     y_pred : array-like
-        Predictions of the same shape (as returned by ``predict``).
+        Predictions of the same shape, as returned by ``predict``.
     sample_weight : array-like of shape (n_samples,), real number or None, default=None
         Non-negative weight of each sequence.
     readout : {"all", "last"} or None, default=None
-        None infers it: 1-D targets are ``"last"``, 3-D targets ``"all"``,
-        2-D targets ``"all"`` when they or the predictions hold NaN; 2-D
-        targets without NaN are ambiguous (positions or outputs) and raise.
+        None infers it: ``"last"`` for 1-D targets, ``"all"`` for 3-D targets
+        and for 2-D ones when they or the predictions hold NaN.
 
     Returns
     -------
     y_true : ndarray of shape (n_positions,) or (n_positions, d_out), float64
-        Targets at the real positions, sequence after sequence (for
-        ``readout="last"``: the targets as given).
+        Targets at the real positions, sequence after sequence.
     y_pred : ndarray of the same shape, float64
         Predictions at the same positions.
     sample_weight : ndarray of shape (n_positions,), float64, or None
-        Weight of each position, its sequence's weight; None when
-        ``sample_weight`` was None.
+        Weight of each position; None when ``sample_weight`` was None.
 
     Raises
     ------
     ValueError
-        If the shapes differ, if ``y_true`` is NaN where ``y_pred`` is not or
-        the reverse, if a position is only partly NaN, or if no position is
-        real.
+        If the shapes differ, ``y_true`` and ``y_pred`` are NaN at different
+        positions (the message names the first), a position is only partly
+        NaN, no position is real, ``readout="last"`` data hold NaN, or 2-D
+        targets without NaN leave the readout undecided.
 
     See Also
     --------
@@ -323,10 +310,7 @@ def _first_parameter(func):
 
 
 class _SequenceScorer:
-    """Scorer ``scorer(estimator, X, y_true, sample_weight=None)`` over real positions.
-
-    Made by :func:`sequence_scorer`; see there.
-    """
+    """Scorer ``scorer(estimator, X, y_true, sample_weight=None)`` over real positions."""
 
     def __init__(self, scorer, metric_kwargs, readout, description):
         self._scorer = scorer
@@ -343,24 +327,7 @@ class _SequenceScorer:
     def __call__(self, estimator, X, y_true, sample_weight=None, **kwargs):
         """Score ``estimator.predict(X)`` against ``y_true`` at the real positions.
 
-        Parameters
-        ----------
-        estimator : object
-            Fitted regressor, or a Pipeline ending in one.
-        X : array-like
-            Sequences passed to ``estimator.predict``.
-        y_true : array-like
-            Targets, NaN at padded positions (``readout="all"``).
-        sample_weight : array-like of shape (n_samples,) or None, default=None
-            Weight of each sequence, given to each of its real positions.
-        **kwargs : dict
-            Other metadata, passed to the metric unchanged (only
-            ``sample_weight`` is per sequence); only with metadata routing
-            enabled.
-
-        Returns
-        -------
-        score : float
+        Other keyword metadata go to the metric unchanged (with metadata routing only).
         """
         if kwargs and not _routing_enabled():
             raise ValueError(
@@ -395,28 +362,12 @@ class _SequenceScorer:
         return float(score) if isinstance(score, numbers.Real) else score
 
     def set_score_request(self, **kwargs):
-        """Request metadata (e.g. ``sample_weight=True``) under metadata routing.
-
-        Parameters
-        ----------
-        **kwargs : dict
-            ``param=alias`` with alias True, False, None or a string, as for
-            scikit-learn scorers.
-
-        Returns
-        -------
-        self : object
-        """
+        """Request metadata (e.g. ``sample_weight=True``), as for scikit-learn scorers."""
         self._scorer.set_score_request(**kwargs)
         return self
 
     def get_metadata_routing(self):
-        """Metadata requested by the wrapped scikit-learn scorer.
-
-        Returns
-        -------
-        routing : sklearn.utils.metadata_routing.MetadataRequest
-        """
+        """The ``MetadataRequest`` of the wrapped scikit-learn scorer."""
         inner = get_routing_for_object(self._scorer)
         request = MetadataRequest(owner=self)
         for param, alias in inner.score.requests.items():
@@ -432,32 +383,24 @@ class _SequenceScorer:
 def sequence_scorer(scoring, *, greater_is_better=None, readout=None, **kwargs):
     """Make a scikit-learn scorer that scores only the real positions of sequences.
 
-    Pass it as ``scoring=`` to :class:`~sklearn.model_selection.GridSearchCV`,
-    :func:`~sklearn.model_selection.cross_val_score`,
-    :func:`~sklearn.model_selection.cross_validate` and the like, alone or in
-    a multi-metric dict.  It calls ``estimator.predict(X)`` (the estimator
-    may be a Pipeline ending in the regressor), drops the padded positions
-    with :func:`drop_padding` (``y_true`` NaN exactly where the prediction is
-    NaN, or an error that names the position), and gives the real positions,
-    stacked, to scikit-learn's own scorer: the metric, its sign and its
-    multi-output averaging are those of the string scorer of the same name.
-    A per-sequence ``sample_weight`` weighs every real position of that
-    sequence, as in the estimators' ``score``; ``sequence_scorer("r2")``
-    equals ``estimator.score``.  On ``readout="last"`` data it equals the
-    plain scikit-learn scorer.
+    For ``scoring=`` of scikit-learn's searches and cross-validation, alone or
+    in a multi-metric dict.  It calls ``estimator.predict(X)`` (the estimator
+    may be a Pipeline ending in the regressor), drops the padded positions with
+    :func:`drop_padding` and gives the rest to scikit-learn's scorer of the
+    same name: its metric, sign and multi-output averaging.  A sequence's
+    ``sample_weight`` weighs each of its real positions, so
+    ``sequence_scorer("r2")`` equals ``estimator.score``.  See the user guide's
+    :doc:`/scoring` page.
 
     Parameters
     ----------
     scoring : str or callable
-        A regression scorer name of :func:`sklearn.metrics.get_scorer` (see
-        :func:`regression_scorer_names`), a scorer made by
-        :func:`sklearn.metrics.make_scorer`, or a metric function
-        ``metric(y_true, y_pred, **kwargs) -> float`` (wrapped with
-        ``make_scorer``).
+        A regression scorer name (see :func:`regression_scorer_names`), a
+        scorer made by :func:`sklearn.metrics.make_scorer`, or a metric function
+        ``metric(y_true, y_pred, **kwargs) -> float``.
     greater_is_better : bool or None, default=None
         For a metric function only: whether it is a score (True, the default)
-        or a loss (False, negated as in ``make_scorer``).  Names and scorers
-        carry their own sign.
+        or a loss (False, negated as in ``make_scorer``).
     readout : {"all", "last"} or None, default=None
         None reads it from the estimator (its ``readout`` parameter, or that
         of a Pipeline's last step).  Give it for estimators without one.
@@ -469,8 +412,8 @@ def sequence_scorer(scoring, *, greater_is_better=None, readout=None, **kwargs):
     -------
     scorer : callable
         ``scorer(estimator, X, y_true, sample_weight=None) -> float``, with
-        ``set_score_request`` for metadata routing (like scikit-learn's
-        scorers, it requests no ``sample_weight`` until asked to).
+        ``set_score_request`` for metadata routing (it requests no
+        ``sample_weight`` until asked to).
 
     Raises
     ------
@@ -488,15 +431,12 @@ def sequence_scorer(scoring, *, greater_is_better=None, readout=None, **kwargs):
 
     Examples
     --------
-    >>> import numpy as np
     >>> from sklearn.model_selection import GridSearchCV
     >>> from sklearn_linattn import LinearAttentionRegressor
     >>> from sklearn_linattn.datasets import make_random_mhla
     >>> from sklearn_linattn.metrics import sequence_scorer
     >>> X, y = make_random_mhla(60, 6, 2, readout="all", variable_length=(2, 6),
-    ...                         random_state=0)
-    >>> bool(np.isnan(y).any())
-    True
+    ...                         random_state=0)  # NaN at padded positions
     >>> search = GridSearchCV(LinearAttentionRegressor(readout="all"),
     ...                       {"alpha": [1e6, 0.0]}, cv=3,
     ...                       scoring=sequence_scorer("r2")).fit(X, y)
@@ -504,8 +444,6 @@ def sequence_scorer(scoring, *, greater_is_better=None, readout=None, **kwargs):
     {'alpha': 0.0}
     >>> model = search.best_estimator_
     >>> sequence_scorer("r2")(model, X, y) == model.score(X, y)
-    True
-    >>> sequence_scorer("neg_mean_squared_error")(model, X, y) <= 0
     True
     """
     if readout is not None:
