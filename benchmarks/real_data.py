@@ -208,8 +208,9 @@ def linattn_recipe(n_timepoints, n_channels):
     return make_pipeline(
         Patches(patch_size(n_timepoints, n_channels), incomplete="zeros",
                 data_format="channels_first"),
-        PositionalEncoding(origin="end", handle_unknown="ignore"),
-        LinearAttentionRegressorCV(alphas=RECIPE_ALPHAS, fit_intercept="auto", fit_skip="auto"),
+        PositionalEncoding(origin="end", handle_unknown="ignore", data_format="channels_first"),
+        LinearAttentionRegressorCV(alphas=RECIPE_ALPHAS, fit_intercept="auto", fit_skip="auto",
+                                   data_format="channels_first"),
     )
 
 

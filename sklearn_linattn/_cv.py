@@ -53,6 +53,7 @@ from ._params import FitParams, check_decays
 from ._problem import StandardizedProblem, keep_rows
 from ._solvers import REGISTRY, SOLVERS, STATISTICS_SOLVERS, choose_solver
 from ._source import ArraySource, user_stacklevel
+from ._standardize import score_tie
 from ._terms import LinearTerms, eliminate
 from .exceptions import GridEdgeWarning
 
@@ -63,10 +64,6 @@ DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
-# Scores of two sets of terms closer than this (relative) are equal: their
-# difference is the rounding of the errors' sums, which the units of the data
-# change.
-_TERMS_TIE = 1e-10
 _EPS = float(np.finfo(np.float64).eps)
 
 
@@ -477,9 +474,9 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         each split's fit includes it.  ``"auto"``: every alpha is scored
         with and without it on the same splits, and the term is kept
         (``fit_intercept_``) only when its best score is better by more than
-        rounding (relative 1e-10), so that the term never makes the chosen
-        model score worse than the search without it, and the choice does
-        not depend on the units of the data.
+        1e-10 times the null model's (the targets' variance; 1e-10 for
+        ``"r2"``), so that the term never makes the chosen model score worse
+        than the search without it, and rounding never decides.
     fit_skip : bool or "auto", default=False
         A linear term in the row's token, unpenalized, as in
         :class:`LinearAttentionRegressor`; each split's fit includes it.
@@ -533,9 +530,10 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     Attributes
     ----------
     alpha_ : float
-        The chosen penalty: the best mean test score, the first of equal
-        ones in the order of ``alphas`` (as ``RidgeCV``), candidate decays
-        first, then the sets of terms (fewer terms first).
+        The chosen penalty: the first candidate (decays, then sets of terms,
+        fewer first, then ``alphas`` in order) whose mean test score is within
+        1e-10 times the null model's score of the best, so that the units of
+        the data never decide the choice.
     decay_ : None, tuple of float
         The chosen candidate of ``decays`` (as :class:`LinearAttentionRegressor` reads ``decay``:
         None or a tuple), the model's decays (``head_decays_``).
@@ -545,9 +543,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     best_score_ : float
         Its mean test score.
     best_index_ : int
-        Its index in ``cv_results_`` (with ``"auto"`` terms, the best score of
-        the fewer terms when it is within rounding of the best): candidate
-        decays in the order of
+        Its index in ``cv_results_``: candidate decays in the order of
         ``decays``, for each the sets of terms (without before with, the
         intercept's choice outermost), for each every alpha in the order of
         ``alphas``.
@@ -786,7 +782,9 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
             cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=solver,
                                    terms=term_options)
             for p in problems])
-        chosen = self._set_results(alphas, searched, scores)
+        tie = score_tie(problem.stats, problem.d_out, problem.standardizer.y_exponents,
+                         self.scoring)
+        chosen = self._set_results(alphas, searched, scores, tie)
         self._decays_in_use = self.decay_
         decay_problem = problems[chosen // len(term_options)]
         refit = decay_problem.with_terms(searched[chosen][1])
@@ -814,31 +812,34 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
                 f"{budget / 2**30:.3g} GiB. Use fewer splits (cv), or search alpha with "
                 "LinearAttentionRegressor(solver='cg') in GridSearchCV.")
 
-    def _set_results(self, alphas, searched, scores):
+    def _set_results(self, alphas, searched, scores, tie):
         """``cv_results_``, the best alpha, decay and terms (the first of equal best scores).
 
         ``searched`` lists the pairs (candidate decay, LinearTerms) in the
         order of the rows of ``scores``, each pair with one row per alpha.
-        Returns the index of the chosen pair.
+        Returns the index of the chosen pair; scores within ``tie`` of the
+        best are equal.
         """
-        means, stds = scores.mean(axis=1), scores.std(axis=1)
+        with np.errstate(over="ignore"):
+            means, stds = scores.mean(axis=1), scores.std(axis=1)
+        # Scores near float64's limit: their squares overflowed, scaled they do not.
+        big = np.isfinite(means) & ~np.isfinite(stds)
+        if big.any():
+            top = np.abs(scores[big]).max(axis=1, keepdims=True)
+            stds[big] = top[:, 0] * (scores[big] / top).std(axis=1)
         valid = ~np.isnan(means)
+        if not valid.any():
+            raise ValueError(
+                f"scoring={self.scoring!r} is undefined on some split (NaN test scores): R^2 "
+                "needs at least two held-out rows per split (LeaveOneOut holds out one). Use "
+                "scoring='neg_mean_squared_error' or a splitter with larger test parts.")
         ranks = np.full(means.size, np.iinfo(np.int32).max, dtype=np.int32)
         ranks[valid] = rankdata(-means[valid], method="min")
         scored = np.where(valid, means, -np.inf)
-        best = int(np.argmax(scored))
-        # A set of terms is kept only for a score better than rounding: scores
-        # that differ in their last digits (another unit of the data) would
-        # otherwise decide it.  The fewer terms come first for each decay.
-        by_pair = scored.reshape(len(searched), alphas.size).max(axis=1)
-        pair = best // alphas.size
-        tie = _TERMS_TIE * abs(by_pair[pair])
-        for earlier in range(pair):
-            same_decay = searched[earlier][0] == searched[pair][0]
-            if same_decay and by_pair[earlier] >= by_pair[pair] - tie:
-                start = earlier * alphas.size
-                best = start + int(np.argmax(scored[start:start + alphas.size]))
-                break
+        # The first candidate (decays, then fewer terms, then alphas in order) whose
+        # score is within rounding of the best: scores that differ in their last
+        # digits (another unit of the data) never decide a choice.
+        best = int(np.flatnonzero(scored >= scored.max() - tie)[0])
         grid = [(a, c, t) for c, t in searched for a in alphas]
         columns = {"alpha": [float(a) for a, _, _ in grid]}
         if len({c for c, _ in searched}) > 1 or searched[0][0] is not None:

@@ -56,7 +56,6 @@ import time
 import uuid
 
 import numpy as np
-from sklearn.utils.validation import check_array
 
 from ._moments import RowReader, count_rows
 from ._params import check_number
@@ -65,6 +64,7 @@ from ._source import check_layout
 from ._validation import (
     check_data_format,
     check_readout,
+    check_sample_weight,
     check_sequences,
     check_targets,
     check_token_dim,
@@ -272,10 +272,8 @@ def _validated_block(X, y, sample_weight, offset, *, readout, token_dim, n_featu
                                  data_format=data_format, offset=offset)
     Y, single = check_targets(y, lengths, X.shape[1], readout=readout,
                               data_format=data_format, offset=offset)
-    w = None
-    if sample_weight is not None:
-        w = check_array(sample_weight, ensure_2d=False, dtype=np.float64,
-                        input_name="sample_weight")
+    w = None if sample_weight is None else check_sample_weight(
+        sample_weight, X.shape[0], offset=offset)
     return X, lengths, Y, single, w
 
 

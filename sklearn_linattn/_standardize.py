@@ -1,39 +1,12 @@
-"""Standardized coordinates: the units the numerical code computes in.
+"""Standardized coordinates: the units the numerical code computes in, and the maps back.
 
-Cubic features raise the units of the tokens to the third power and the
-Gram matrix to the sixth: an overall scale of 1e50 overflows it, and
-coordinates in different units (or mixed by a linear map) spread its
-eigenvalues past what float64 resolves.  Identifiability and the fitted
-function do not depend on any invertible linear map of the tokens, so every
-solver works on standardized tokens
-
-    x_std = W^T (2**-e * x)        (rows: X_std = ldexp(X, -e) @ W)
-
-- ``e`` (one integer per coordinate) brings each coordinate's largest root
-  sum of squares over one sequence into [1, 2): an exact power-of-two
-  scaling, never rounding;
-- ``W`` whitens the token second moment of the scaled tokens (its inverse
-  symmetric square root), so that the standardized tokens have unit second
-  moment and the verdict does not depend on units or on mixing maps.
-  Sparse tokens (at most a quarter of the entries non-zero, such as one-hot
-  encodings) keep ``W = I``: whitening would make every feature dense and
-  round exact 0/1 values.
-
-With whitening, the features are also taken in the symmetric tensor
-embedding: the moment ``S[j, k]`` of a pair j < k is weighted by sqrt(2),
-so that an orthogonal map of the tokens is an orthogonal map of the
-features.  Whitened tokens are determined only up to such a map, so this
-makes the spectrum of the Gram matrix, and the minimum-norm choice among
-least-squares solutions, independent of the units and of any invertible
-linear map of the tokens.
-
-Targets are scaled per output by a power of two and sequence weights by one
-power of two, so that no sum overflows.  :class:`MomentScales` gathers all
-of it from the per-sequence second moments a fit forms anyway, and
-:class:`TokenStandardizer` holds the result: its maps of tokens, targets and
-weights into these coordinates, and back (coefficients, heads and null
-directions to the user's coordinates, standardized inputs to the user's
-inputs).
+Every solver works on tokens scaled per coordinate by exact powers of two and
+whitened (``x_std = W^T (2**-e x)``), targets and weights scaled by powers of
+two, so that nothing over- or underflows and no result depends on the units
+of the data.  :class:`MomentScales` gathers the scales from the per-sequence
+second moments a fit forms anyway; :class:`TokenStandardizer` holds them, with
+the maps into these coordinates and back.  The user guide's theory page
+("Standardized coordinates") gives the rules and what they guarantee.
 """
 
 import numpy as np
@@ -74,13 +47,32 @@ def ldexp(x, e):
         return np.ldexp(x, e)
 
 
-def check_finite(values, what):
-    """Raise if scaling back overflowed (NaN, e.g. at padded positions, passes)."""
+# The smallest largest magnitude of a row of values: from there on every entry
+# is exact to eps times it (subnormals are spaced 2**-1074 = eps * tiny).
+_SMALLEST_ROW = float(np.finfo(np.float64).tiny)
+
+
+def check_finite(values, what, *, before=None):
+    """Raise if scaling back overflowed (NaN, e.g. at padded positions, passes).
+
+    With ``before`` (the values before the scaling), also raise where a row
+    (last axis) that was not zero came back below float64's normal range,
+    where its digits are lost (or it is zero).
+    """
     if np.isinf(values).any():
         raise ValueError(
             f"{what} cannot be represented in float64 (they overflow): the data span "
             "more orders of magnitude than float64 holds; rescale X or y."
         )
+    if before is not None:
+        was = np.max(np.abs(before), axis=-1, initial=0.0) > 0
+        now = np.max(np.abs(values), axis=-1, initial=0.0)
+        if np.any(was & (now < _SMALLEST_ROW)):
+            raise ValueError(
+                f"{what} cannot be represented in float64 (they underflow below "
+                f"{_SMALLEST_ROW:.3g}, where digits are lost): the data span more orders of "
+                "magnitude than float64 holds; rescale X or y."
+            )
     return values
 
 
@@ -108,6 +100,41 @@ def pow2_scale(X, e):
     if np.abs(e).max(initial=0) < 1000:  # 2**e is a normal float64: multiply
         return X * np.ldexp(1.0, e)
     return np.ldexp(X, e)
+
+
+# Two scores closer than this, relative to the null model's, are equal: their
+# difference is the rounding of sums that the units of the data change.
+SCORE_TIE = 1e-10
+
+
+def score_tie(counts, d_out, y_exponents, scoring):
+    """The difference below which two cross-validated scores are equal, in the scores' units.
+
+    Relative to the targets' own scale (the null model's score: the weighted
+    variance of the targets, or their mean square when they are constant), so
+    that an exact fit's scores, all rounding, never decide a choice.
+    """
+    if scoring == "r2":
+        return SCORE_TIE
+    W = counts.weight_sum
+    energy = np.diagonal(counts.y_cross)[:d_out] / W
+    variance = energy - (counts.y_sum[:d_out] / W) ** 2
+    scale = np.where(variance > 16 * np.finfo(np.float64).eps * energy, variance, energy)
+    shift = 0 if y_exponents is None else 2 * np.asarray(y_exponents)[:d_out]
+    with np.errstate(over="ignore"):
+        return SCORE_TIE * float(np.mean(ldexp(scale, shift)))
+
+
+_EPS64 = float(np.finfo(np.float64).eps)
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
+def target_precision(Y):
+    """The relative precision the targets carry: float32's eps when every one is a float32
+    value (a float32 layer's output, whatever its dtype now), else float64's."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = np.array_equal(Y.astype(np.float32), Y)
+    return _EPS32 if exact else _EPS64
 
 
 class UnitMaps:
@@ -177,9 +204,9 @@ class UnitMaps:
         shift = -self._feature_exponents().reshape(1, -1)
         if targets and self.y_exponents is not None:
             shift = shift + self.y_exponents[:, None]
-        if shift.any():
-            coef = ldexp(coef.reshape(d_out, -1), shift)
-        return check_finite(coef, "The coefficients on the data's own units")
+        before = coef.reshape(d_out, -1)
+        coef = ldexp(before, shift) if shift.any() else before
+        return check_finite(coef, "The coefficients on the data's own units", before=before)
 
     def coef_from_user(self, coef, *, targets=True):
         """Inverse of :meth:`coef_to_user`."""
@@ -292,6 +319,9 @@ _SAFE_MOMENT_LOW, _SAFE_MOMENT_HIGH = 2.0**-900, 2.0**900
 _REFINE_CONDITION = 2.0**16
 # Below the smallest normal exponent a frexp exponent means "never non-zero".
 _NEVER = np.iinfo(np.int64).min // 4
+# Exponents relative to the largest coordinate round log2 ratios shifted by this:
+# ratios of square roots of counts (one-hot tokens) never fall on a boundary.
+_RELATIVE_OFFSET = 0.25
 
 
 class TokenStandardizer(UnitMaps):
@@ -317,6 +347,9 @@ class TokenStandardizer(UnitMaps):
         The fixed decays of the feature blocks (None: one block, no decay).
         The moments of a row are then the ``n_blocks`` decayed moments side by
         side (``n_moments = n_blocks * P`` columns), each mapped alike.
+    target_precision : float, default=float64's eps
+        The relative precision of the targets (float32's eps when they are
+        all float32 values): what a fit on them can resolve.
 
     Attributes
     ----------
@@ -340,8 +373,9 @@ class TokenStandardizer(UnitMaps):
     """
 
     def __init__(self, exponents, whitening=None, y_exponents=None, weight_exponent=0,
-                 collinear=False, decays=None):
+                 collinear=False, decays=None, target_precision=_EPS64):
         self.collinear = bool(collinear) and whitening is not None
+        self.target_precision = float(target_precision)
         self.exponents = np.asarray(exponents, dtype=np.int64).reshape(-1)
         self.d = self.exponents.shape[0]
         self.decays = None if decays is None else tuple(float(g) for g in decays)
@@ -375,7 +409,8 @@ class TokenStandardizer(UnitMaps):
     def with_decays(self, decays):
         """The same coordinates for feature blocks of these decays (None: one, no decay)."""
         return TokenStandardizer(self.exponents, self.whitening, self.y_exponents,
-                                 self.weight_exponent, collinear=self.collinear, decays=decays)
+                                 self.weight_exponent, collinear=self.collinear, decays=decays,
+                                 target_precision=self.target_precision)
 
     @property
     def whitened(self):
@@ -510,13 +545,16 @@ def sequence_moments(X, *, check=False):
 
 
 def moments_exponents(S, e):
-    """Exponent of each coordinate's largest per-sequence root sum of squares (``_NEVER`` if none).
+    """Each coordinate's largest per-sequence root sum of squares: its exponent (``_NEVER``
+    if none) and its base-2 logarithm (``-inf`` if none).
 
     For moments S in units ``2**-(e_j + e_k)`` (:func:`sequence_moments`).
     """
     peak = np.diagonal(S, axis1=1, axis2=2).max(axis=0, initial=0.0) if S.shape[0] else (
         np.zeros(S.shape[-1]))
-    return np.where(peak > 0, exponent(np.sqrt(peak)) + e, _NEVER)
+    with np.errstate(divide="ignore"):
+        log2 = np.where(peak > 0, 0.5 * np.log2(peak) + e, -np.inf)
+    return np.where(peak > 0, exponent(np.sqrt(peak)) + e, _NEVER), log2
 
 
 class MomentScales:
@@ -555,10 +593,12 @@ class MomentScales:
         self.d, self.d_out, self.whiten = int(d), d_out, bool(whiten)
         self.decays = decays
         self._e = np.full(self.d, _NEVER, dtype=np.int64)
+        self._log2 = np.full(self.d, -np.inf)  # log2 of each coordinate's largest magnitude
         self._M = np.zeros((self.d, self.d))
         self._ew = _NEVER  # exponent of the largest weight seen
         self._total = 0.0  # weighted token count, in units of 2**_ew
         self._ey = None if d_out is None else np.full(d_out, _NEVER, dtype=np.int64)
+        self._target_precision = _EPS32  # lowered when a target is not a float32 value
         self._nonzero = 0
         self._entries = 0
         self.dtype = np.dtype(np.float64)
@@ -582,7 +622,9 @@ class MomentScales:
                 S, lengths, w = S[keep], lengths[keep], w[keep]
         if S.shape[0] == 0:
             return self
-        e_new = np.maximum(self._e, moments_exponents(S, e))
+        e_seen, log2 = moments_exponents(S, e)
+        e_new = np.maximum(self._e, e_seen)
+        self._log2 = np.maximum(self._log2, log2)
         ew = 0 if sample_weight is None else int(exponent(w.max()))
         self._rescale(e_new, max(self._ew, ew))
         e_now = np.where(self._e == _NEVER, 0, self._e)
@@ -605,6 +647,7 @@ class MomentScales:
         """Add targets (..., d_out) (zeros at padded positions)."""
         if self._ey is not None and Y is not None:
             Y = np.asarray(Y)
+            self._target_precision = min(self._target_precision, target_precision(Y))
             m = column_abs_max(Y.reshape(-1, Y.shape[-1]))
             self._ey = np.maximum(self._ey, np.where(m > 0, exponent(m), _NEVER))
         return self
@@ -634,9 +677,11 @@ class MomentScales:
         if other._total == 0:
             if self._ey is not None and other._ey is not None:
                 self._ey = np.maximum(self._ey, other._ey)
+                self._target_precision = min(self._target_precision, other._target_precision)
             return self
         other = other.copy()
         e_new = np.maximum(self._e, other._e)
+        self._log2 = np.maximum(self._log2, other._log2)
         ew = max(self._ew, other._ew)
         self._rescale(e_new, ew)
         other._rescale(e_new, ew)
@@ -644,6 +689,7 @@ class MomentScales:
         self._total += other._total
         if self._ey is not None and other._ey is not None:
             self._ey = np.maximum(self._ey, other._ey)
+            self._target_precision = min(self._target_precision, other._target_precision)
         self._nonzero += other._nonzero
         self._entries += other._entries
         if other.dtype.itemsize < self.dtype.itemsize:
@@ -683,17 +729,25 @@ class MomentScales:
     def finish(self):
         """The :class:`TokenStandardizer` of the batches seen."""
         seen = self._e != _NEVER
-        # A coordinate that is zero in every token carries no data: give it the
-        # scale of the others, so that inputs of the training's magnitude are
-        # scaled alike in every coordinate (its own value would be arbitrary).
-        e = np.where(seen, self._e, self._e[seen].max() if seen.any() else 0)
+        e = np.zeros(self.d, dtype=np.int64)
+        if seen.any():
+            # Exponents relative to the largest coordinate's: an overall scale of
+            # the data moves them all alike, exactly, so that it changes neither
+            # the standardized tokens nor the minimum-norm choice among minimizers.
+            # A coordinate that is zero in every token carries no data: it gets
+            # the largest coordinate's (its own would be arbitrary).
+            top = float(self._log2[seen].max())
+            rel = np.floor(np.where(seen, self._log2, top) - top + _RELATIVE_OFFSET)
+            e = int(np.floor(top)) + rel.astype(np.int64)
         ey = None if self._ey is None else np.where(self._ey == _NEVER, 0, self._ey)
         ew = 0 if self._ew == _NEVER else self._ew
         W = None
         if self.whiten and self._total > 0 and not self.sparse and self.d > 1:
-            W = whitening(self._M / self._total, e, self.dtype)
+            shift = np.where(seen, self._e - e, 0)
+            M = np.ldexp(self._M, shift[:, None] + shift[None, :])
+            W = whitening(M / self._total, e, self.dtype)
         return TokenStandardizer(e, W, ey, ew, collinear=self.ill_conditioned,
-                                 decays=self.decays)
+                                 decays=self.decays, target_precision=self._target_precision)
 
 
 def refined_whitening(standardizer, M):
@@ -712,7 +766,8 @@ def refined_whitening(standardizer, M):
     W = _symmetric_frame(standardizer.whitening @ D, standardizer.exponents)
     return TokenStandardizer(standardizer.exponents, W, standardizer.y_exponents,
                              standardizer.weight_exponent, collinear=standardizer.collinear,
-                             decays=standardizer.decays)
+                             decays=standardizer.decays,
+                             target_precision=standardizer.target_precision)
 
 
 def whitening(M, e, dtype=np.float64, *, frame=True):
@@ -720,17 +775,27 @@ def whitening(M, e, dtype=np.float64, *, frame=True):
 
     ``W = M^{-1/2}`` over the directions that carry data; directions whose
     variance is rounding (an eigen-solver's error, times a margin) keep the
-    scale of the others instead of amplifying their rounding.  Then put in
-    the symmetric frame (:func:`_symmetric_frame`).  None when M is zero.
+    scale of the others instead of amplifying their rounding.  The split
+    between the two is orthogonal in the data's own metric (each coordinate
+    in units of its root mean square: the correlation matrix), so that
+    neither an overall scale nor a unit per coordinate moves it; it decides
+    the minimum-norm choice on inputs off the training tokens' span.  Then
+    put in the symmetric frame (:func:`_symmetric_frame`) when ``frame``
+    (else the metric is M's own, for tokens standardized already).  None
+    when M is zero.
     """
     d = M.shape[0]
-    lam, V = scipy.linalg.eigh((M + M.T) / 2, check_finite=False)
-    top = lam.max(initial=0.0)
-    if not top > 0:
+    M = (M + M.T) / 2
+    diag = np.diagonal(M)
+    largest = diag.max(initial=0.0)
+    if not largest > 0:
         return None
+    c = 1.0 / np.sqrt(np.where(diag > 0, diag, largest)) if frame else np.ones(d)
+    lam, V = scipy.linalg.eigh(M * c[:, None] * c[None, :], check_finite=False)
+    top = lam.max(initial=0.0)
     null = lam <= _NULL_VARIANCE_MARGIN * eigenvalue_tolerance(top, d, dtype)
     lam = np.where(null, top, lam)
-    W = (V / np.sqrt(lam)) @ V.T
+    W = ((c[:, None] * V) / np.sqrt(lam)) @ V.T
     return _symmetric_frame(W, e) if frame else W
 
 

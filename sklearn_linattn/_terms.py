@@ -142,14 +142,15 @@ class LinearTerms:
         intercept = np.zeros(d_out)
         skip = np.zeros((d_out, self.d))
         i = 0
+        what = "The intercept and skip coefficients in the data's units"
         if self.intercept:
-            intercept = ldexp(beta[0], ey)
+            intercept = check_finite(ldexp(beta[0], ey), what, before=beta[0][:, None])
             i = 1
         if self.skip:
             Wb = beta[i:] if standardizer.whitening is None else standardizer.whitening @ beta[i:]
-            skip = ldexp(Wb.T, ey[:, None] - standardizer.exponents[None, :])
-        what = "The intercept and skip coefficients in the data's units"
-        return check_finite(intercept, what), check_finite(skip, what)
+            skip = check_finite(ldexp(Wb.T, ey[:, None] - standardizer.exponents[None, :]),
+                                what, before=Wb.T)
+        return intercept, skip
 
     def standardized_rows(self, X, lengths, readout, standardizer):
         """Term columns in standardized units: ``[1, x T]`` of every row slot.
@@ -305,13 +306,17 @@ class TermSpace:
         Z = R @ self._inverse_root
         return self.weight_sum * np.einsum("...k,...k->...", Z, Z)
 
-    def covered(self, R):
-        """Rows whose residual has no component along an undetermined term direction."""
+    def covered(self, R, E):
+        """Rows whose residual ``R = E - H c_E^T`` has no component along an undetermined term direction.
+
+        Judged relative to the row's own term columns and their attention
+        reproduction, whose difference R is: on a training row R is rounding.
+        """
         if self.null_directions.shape[1] == 0:
             return np.ones(R.shape[:-1], dtype=bool)
         along = R @ self.null_directions
-        r2 = np.einsum("...k,...k->...", R, R)
-        return np.einsum("...k,...k->...", along, along) <= self.tol * r2
+        scale = np.einsum("...k,...k->...", E, E) + np.einsum("...k,...k->...", E - R, E - R)
+        return np.einsum("...k,...k->...", along, along) <= self.tol * scale
 
 
 def _condition(solution):

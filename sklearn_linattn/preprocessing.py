@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import sequence_tags
 from ._memory import real_tokens, resolve_budget
 from ._params import check_number, check_option
-from ._validation import check_data_format, check_sequences
+from ._validation import check_data_format, check_sequences, to_data_format
 
 __all__ = ["Patches", "PositionalEncoding"]
 
@@ -104,9 +104,9 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
     data_format : {"channels_last", "channels_first"}, default="channels_last"
         Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d),
         ``"channels_first"`` is (n_samples, d, n_tokens) as aeon and sktime
-        store series.  The output is in the package's layout,
-        (n_samples, n_tokens, d + ``n_positions_``), either way (see
-        :meth:`transform`).
+        store series.  The output is in the same layout (as Keras' layers
+        read and write theirs): set the same ``data_format`` on every step
+        of a Pipeline.
 
     Attributes
     ----------
@@ -284,12 +284,9 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         Returns
         -------
         X_out : ndarray of shape (n_samples, n_tokens, n_channels)
-            Always in the package's layout (tokens along axis 1, what the
-            next estimator reads by default), also for
-            ``data_format="channels_first"``: the encoded sequences are new
-            tokens for the package's estimators, as the feature rows of
-            :class:`~sklearn_linattn.LinearAttentionFeatures` are, and a list
-            of sequences comes back padded to its longest sequence.
+            In the layout ``data_format`` ((n_samples, n_channels, n_tokens)
+            for ``"channels_first"``); a list of sequences comes back padded
+            to its longest sequence.  In the default layout,
             ``X_out[i, t, :d]`` is the token ``X[i, t]``; the last
             ``n_positions_`` channels (``n_channels = d + n_positions_``)
             hold its position's code at real tokens and NaN at padded ones.  Floating input keeps its dtype
@@ -333,7 +330,7 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
             out[..., d::2] = np.sin(angle)
             out[..., d + 1::2] = np.cos(angle)
         out[~real] = np.nan
-        return out
+        return to_data_format(out, self.data_format)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: the token's, then ``pos0, pos1, ...``.
@@ -421,7 +418,8 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         Layout of X: ``"channels_last"`` is (n_samples, n_timepoints,
         n_channels), ``"channels_first"`` is (n_samples, n_channels,
         n_timepoints) as aeon and sktime store series.  The output is in the
-        package's layout either way (see :meth:`transform`).
+        same layout: set the same ``data_format`` on every step of a
+        Pipeline.
 
     Attributes
     ----------
@@ -609,10 +607,10 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         Returns
         -------
         X_out : ndarray of shape (n_samples, n_patches, patch_size * n_channels)
-            Always in the package's layout (tokens along axis 1, what the
-            next estimator reads by default), also for
-            ``data_format="channels_first"``, and a list of series comes back
-            padded.  ``X_out[i, m]`` is the m-th patch of series i in time
+            In the layout ``data_format`` ((n_samples, patch_size *
+            n_channels, n_patches) for ``"channels_first"``); a list of series
+            comes back padded.  In the default layout, ``X_out[i, m]`` is the
+            m-th patch of series i in time
             order, ``X_out[i, m, k * n_channels + j]`` its k-th time point's
             channel j; ``n_patches`` is the largest number of patches of a
             series, the tokens after a series' last patch are all NaN.
@@ -657,7 +655,7 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         out = X[np.arange(n_samples)[:, None, None], t]  # (n_samples, n_tokens, size, c)
         out[~inside] = 0.0  # the missing time points of incomplete patches
         out[m[None, :] >= n[:, None]] = np.nan
-        return out.reshape(n_samples, n_tokens, size * c)
+        return to_data_format(out.reshape(n_samples, n_tokens, size * c), self.data_format)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: ``t{k}_{name}``, time point k of the patch.

@@ -3830,6 +3830,227 @@ for _solver in ("eigh", "cg"):
         check=_null_check, names=DEFAULT_NAMES, **_open)
 
 
+# --- units and tolerances: choices and results that must not depend on units ----
+# Defects 19 to 27: each a place where a scale or a tolerance was handled locally.
+
+
+def _exact_attention_data(n=40, T=4, d=2, seed=0, offset=0.0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, T, d))
+    V, Q = teacher(d=d, n_heads=1, seed=seed + 1)
+    return X, truth(X, V, Q) + offset
+
+
+def _auto_terms_call(offset, scales):
+    def call(tmp):
+        X, y = _exact_attention_data(offset=offset)
+        out = []
+        for c in scales:
+            m = pkg().LinearAttentionRegressorCV(fit_intercept="auto", fit_skip="auto")
+            m.fit(X * c, y * (c**3 if offset == 0 else 1.0))
+            out.append((m.fit_intercept_, m.fit_skip_, m.alpha_))
+        return out
+    return call
+
+
+def _auto_terms_check(expected):
+    def check(r):
+        expect(all(t[:2] == expected for t in r),
+               f"(fit_intercept_, fit_skip_, alpha_) per scale {r}, expected terms {expected} "
+               "at every scale")
+        expect(len({t[2] for t in r}) == 1, f"alpha_ depends on the units: {r}")
+    return check
+
+
+add("cv_auto_terms_exact_attention_in_any_units", "LinearAttentionRegressorCV.fit",
+    _auto_terms_call(0.0, (1.0, 3.0, 1e3, 1e-50)), check=_auto_terms_check((False, False)),
+    defect=19)
+add("cv_auto_terms_exact_intercept_only", "LinearAttentionRegressorCV.fit",
+    _auto_terms_call(0.7, (1.0, 3.0)), check=_auto_terms_check((True, False)), defect=19)
+
+
+def _dask_negative_weight(solver, weights_in_dask):
+    def call(tmp):
+        import dask.array as da
+
+        X, y = gaussian(200, 4, 2), np.random.default_rng(1).normal(size=200)
+        w = np.ones(200)
+        w[3] = -1.0
+        w = da.from_array(w, chunks=50) if weights_in_dask else w
+        return LAR(solver=solver).fit(da.from_array(X, chunks=(50, 4, 2)),
+                                      da.from_array(y, chunks=50), sample_weight=w)
+    return call
+
+
+for _solver in ("eigh", "cg"):
+    for _where in ("dask", "numpy"):
+        add(f"dask_negative_sample_weight_{_solver}_{_where}_weights", "dask",
+            _dask_negative_weight(_solver, _where == "dask"),
+            error=err(both(r"sample_weight", r"non-negative|negative")), defect=20,
+            requires=("dask",))
+
+
+def _coef_underflow(c):
+    def call(tmp):
+        X, y = realizable(n=200, T=4, d=2, n_heads=1)[:2]
+        return LAR().fit(X * c, y)
+    return call
+
+
+def _coef_underflow_check(m):
+    c = np.asarray(m.coef_)
+    expect(np.all(np.isfinite(c)) and np.any(c != 0), "coef_ underflowed to zero")
+    expect(np.all((c == 0) | (np.abs(c) >= np.finfo(np.float64).tiny)),
+           "coef_ holds subnormal values (digits lost)")
+
+
+for _c in (1e105, 1e110):
+    add(f"coef_underflow_X_times_{_c:g}", "LinearAttentionRegressor.fit",
+        _coef_underflow(_c), check=_coef_underflow_check,
+        error=err(both(r"coef|coefficients", r"float64")), defect=21)
+
+
+def _r2_leave_one_out(tmp):
+    from sklearn.model_selection import LeaveOneOut
+
+    X, y = gaussian(30, 4, 2), np.random.default_rng(0).normal(size=30)
+    return pkg().LinearAttentionRegressorCV(scoring="r2", cv=LeaveOneOut()).fit(X, y)
+
+
+add("cv_r2_leave_one_out_every_score_nan", "LinearAttentionRegressorCV.fit", _r2_leave_one_out,
+    error=err(both(r"scoring", r"r2")), defect=22)
+
+
+def _pipeline_channels_first(tmp):
+    from sklearn.pipeline import make_pipeline
+    from sklearn_linattn.preprocessing import PositionalEncoding
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2, 6))  # 2 channels, 6 time points
+    y = (X[:, 0, :] ** 2).sum(axis=1) * X[:, 1, -1]
+    pipe = make_pipeline(PositionalEncoding(data_format="channels_first"),
+                         LAR(data_format="channels_first")).fit(X, y)
+    return pipe, X, y
+
+
+def _pipeline_channels_first_check(r):
+    pipe, X, y = r
+    d = pipe[-1].n_features_in_
+    expect(d == 2 + 6, f"the estimator read d = {d}, expected 2 channels + 6 positions")
+    expect(rel(pipe.predict(X), y) < 1e-8, "the pipeline does not fit its training data")
+
+
+add("pipeline_positions_channels_first_on_every_step", "LinearAttentionRegressor.fit",
+    _pipeline_channels_first, check=_pipeline_channels_first_check, defect=23)
+
+
+def _covers_training_with_terms(terms):
+    def call(tmp):
+        from sklearn_linattn.preprocessing import PositionalEncoding
+
+        rng = np.random.default_rng(0)
+        Z = PositionalEncoding().fit_transform(rng.normal(size=(300, 5, 2)))
+        y = rng.normal(size=300)
+        cert = LAR(**terms).fit(Z, y).certificate_
+        return cert.covers(Z), cert.covers(2.0 * Z), bool(terms)
+    return call
+
+
+def _covers_all_check(r):
+    covered, doubled, terms = r
+    expect(bool(np.all(covered)), f"{int(np.sum(~covered))} of the {covered.size} training "
+           "sequences are not covered")
+    # Twice the tokens: the cubic features grow 8 times, a term column 1 or 2 times.
+    expect(bool(np.all(doubled != terms)), "the doubled sequences are covered "
+           f"{int(np.sum(doubled))} times of {doubled.size}, expected {'none' if terms else 'all'}")
+
+
+for _name, _terms in (("none", {}), ("skip", {"fit_skip": True}),
+                      ("intercept", {"fit_intercept": True}),
+                      ("both", {"fit_intercept": True, "fit_skip": True})):
+    add(f"covers_training_sequences_positions_terms_{_name}",
+        "IdentifiabilityCertificate.covers", _covers_training_with_terms(_terms),
+        check=_covers_all_check, defect=24)
+
+
+def _plane_tokens(n=200, T=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, T, 2)) @ rng.normal(size=(2, 3))
+
+
+def _rank_deficient_scale_call(terms, partial):
+    def call(tmp):
+        X = _plane_tokens()
+        V, Q = teacher(d=3, n_heads=1, seed=4)
+        y = truth(X, V, Q)
+        Xt = np.random.default_rng(9).normal(size=(50, 5, 3))  # off the plane
+        out = []
+        for c in (1.0, 1.5, 3.0, 0.7, 1e10):
+            if partial:
+                m = LAR(**terms)
+                for part in np.array_split(np.arange(len(X)), 4):
+                    m.partial_fit(X[part] * c, y[part] * c**3)
+            else:
+                m = LAR(**terms).fit(X * c, y * c**3)
+            out.append(m.predict(Xt * c) / c**3)
+        return out
+    return call
+
+
+def _rank_deficient_scale_check(preds):
+    worst = max(rel(p, preds[0]) for p in preds[1:])
+    expect(worst < 1e-8, f"predictions off the training plane change with the scale of X "
+           f"(relative {worst:.3g})")
+
+
+def _rank_deficient_units_call(tmp):
+    X = _plane_tokens()
+    V, Q = teacher(d=3, n_heads=1, seed=4)
+    y = truth(X, V, Q)
+    Xt = np.random.default_rng(9).normal(size=(50, 5, 3))
+    out = []
+    for u in ([1.0, 1.0, 1.0], [1e3, 1.0, 1e-3], [0.3, 7.0, 1.5]):
+        u = np.asarray(u)
+        # Unit u per coordinate: the teacher in the new units computes the same outputs.
+        out.append(LAR().fit(X * u, y).predict(Xt * u))
+    return out
+
+
+add("rank_deficient_tokens_unit_per_coordinate", "LinearAttentionRegressor.fit",
+    _rank_deficient_units_call, check=_rank_deficient_scale_check, defect=25)
+
+for _terms_name, _terms in (("none", {}), ("skip", {"fit_skip": True})):
+    for _how in ("fit", "partial_fit"):
+        add(f"rank_deficient_tokens_scale_{_how}_{_terms_name}",
+            "LinearAttentionRegressor.fit", _rank_deficient_scale_call(_terms, _how != "fit"),
+            check=_rank_deficient_scale_check, defect=25)
+
+
+def _float32_heads(n_heads):
+    def call(tmp):
+        rng = np.random.default_rng(0)
+        d = 4
+        V, Q = rng.normal(size=(2, 1, d)), rng.normal(size=(2, d, d))
+        X = rng.normal(size=(500, 6, d))
+        y = truth(X, V, Q).astype(np.float32)  # a float32 layer's output
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = LAR(n_heads=n_heads, random_state=0).fit(X, y)
+        return m, [w.category.__name__ for w in caught]
+    return call
+
+
+def _float32_heads_check(r):
+    m, caught = r
+    expect(m.n_heads_ == 2, f"n_heads_ = {m.n_heads_} on a 2-head layer's float32 output")
+    expect("ConvergenceWarning" not in caught, "ConvergenceWarning at float32 rounding")
+
+
+for _n in ("auto", 2):
+    add(f"heads_of_float32_targets_n_heads_{_n}", "LinearAttentionRegressor.fit",
+        _float32_heads(_n), check=_float32_heads_check, defect=26)
+
+
 # ---------------------------------------------------------------------------
 # Running cases: classification, isolation, report
 # ---------------------------------------------------------------------------

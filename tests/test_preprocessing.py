@@ -112,12 +112,12 @@ def test_property_reference_padding_lists_and_layouts(lengths, extra, d, dtype, 
     # A list of the unpadded sequences: the same, padded to the longest.
     from_list = clone(enc).fit(seqs).transform(seqs)
     np.testing.assert_array_equal(from_list, out[:, : max(lengths)])
-    # channels_first input (array and list), channels_last output.
+    # channels_first input (array and list), channels_first output.
     first = clone(enc).set_params(data_format="channels_first")
     np.testing.assert_array_equal(first.fit(np.swapaxes(X, 1, 2)).transform(
-        np.swapaxes(X, 1, 2)), out)
+        np.swapaxes(X, 1, 2)), np.swapaxes(out, 1, 2))
     np.testing.assert_array_equal(first.fit([s.T for s in seqs]).transform([s.T for s in seqs]),
-                                  out[:, : max(lengths)])
+                                  np.swapaxes(out[:, : max(lengths)], 1, 2))
 
 
 def test_input_is_not_modified_and_fit_reads_lengths_only():

@@ -445,7 +445,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             R = terms.residuals(E, ldexp(H, 3 * f[:, None, None]))
             lev_terms = terms.leverage(R)
             lev = lev + ldexp(lev_terms, -6 * f[:, None])
-        cov = row_cov & terms.covered(R)
+        cov = row_cov & terms.covered(R, E)
         if self.readout == "all":  # padded rows have no term columns
             pad = ~real_tokens(lengths, X.shape[1])
             cov = cov | pad

@@ -83,18 +83,25 @@ class CompressionJudge:
         energy less the explained one is not R*: with intercept or skip
         terms, which explain part of the targets' energy (the compression
         keeps them, so the excess is still the quadratic form above).
+    precision : float
+        Relative precision of the targets (the standardizer's
+        ``target_precision``): a change of the function below a small
+        multiple of it is rounding of the data, not material.
     """
 
     _NOISE_FRACTION = 1e-2
     _NOISE_DOF = 6.0
     _EXACT_RELATIVE = 1e-8
+    # Targets rounded to a precision eps change the fit's function by this many eps.
+    _ROUNDING_MULTIPLE = 4.0
     # A relative coefficient residual above this, accepted as noise, is said.
     _STATED_RESIDUAL = 0.1
 
     def __init__(self, coef, spectrum, counts, *, pair_weights, n_outputs=None, gram=None,
-                 moment=None, accuracy=None, residual_sq=None):
+                 moment=None, accuracy=None, residual_sq=None, precision=0.0):
         self.spectrum, self.coef, self.gram = spectrum, coef, gram
-        self.exact_relative = max(self._EXACT_RELATIVE, 0.0 if accuracy is None else accuracy)
+        self.exact_relative = max(self._EXACT_RELATIVE, 0.0 if accuracy is None else accuracy,
+                                  self._ROUNDING_MULTIPLE * precision)
         self.pair_weights = np.asarray(pair_weights, dtype=np.float64)
         dof = spectrum.rank * coef.shape[0]
         spare = counts.n_rows * coef.shape[0] - dof
@@ -479,7 +486,8 @@ def select_heads(solution, row_space, counts, standardizer, *, n_heads, rows=Non
                                  n_outputs=d_out, gram=solution.gram_product,
                                  moment=None if moment is None else moment[:, :d_out],
                                  accuracy=solution.coef_accuracy,
-                                 residual_sq=getattr(solution, "residual_sq", None))
+                                 residual_sq=getattr(solution, "residual_sq", None),
+                                 precision=st.target_precision)
         search = _HeadSearch(groups, judge, rows=rows, pair_weights=st.pair_weights,
                              dtype=counts.dtype, random_state=random_state, log=log)
         for b in to_compress:
