@@ -1,20 +1,7 @@
 """The cubic feature map H of multi-head linear attention, and its kernel.
 
-Feature order (one place: :func:`pair_indices` and :func:`attention_features`):
-column ``p * d + l`` holds ``S[j_p, k_p] * x_last[l]`` where ``(j_p, k_p)`` is
-the p-th pair of ``np.triu_indices(d)`` (row-major upper triangle, j <= k) and
-``S = sum_t x_t x_t^T``.  This is the paper's Algorithm 2 with no rescaling of
-the off-diagonal pairs, so eigenvalues can be compared with the paper's.
-
-With fixed decays ``(gamma_1, ..., gamma_K)`` the features are K such blocks
-side by side, block b built from the decayed moment ``S = sum_t gamma_b**(r - t)
-x_t x_t^T`` (r the row's position): column ``(b * P + p) * d + l``.  The row
-factors are then the K decayed moments side by side and the last token, so
-every product of the rows below holds unchanged.
-
-All functions take zero-filled padded arrays and lengths as returned by
-:func:`sklearn_linattn._validation.check_sequences`: zero tokens contribute
-nothing to ``S``.
+The feature order is defined here alone (the user guide's :ref:`theory-feature-layout`).  The
+functions take zero-padded arrays and lengths as ``_validation.check_sequences`` returns them.
 """
 
 import functools
@@ -48,24 +35,7 @@ __all__ = [
 
 
 def pair_indices(d):
-    """The folding rule: index pairs (j, k), j <= k, in feature order.
-
-    Parameters
-    ----------
-    d : int
-        Token dimension.
-
-    Returns
-    -------
-    j, k : ndarray of shape (d * (d + 1) // 2,)
-        Row and column of each folded pair of the symmetric matrix S.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._features import pair_indices
-    >>> pair_indices(2)
-    (array([0, 0, 1]), array([0, 1, 1]))
-    """
+    """The folding rule: the pairs ``(j, k)``, j <= k, of ``np.triu_indices(d)``, read-only."""
     return _triu_indices(int(d))
 
 
@@ -79,25 +49,7 @@ def _triu_indices(d):
 
 
 def pair_index_matrix(d):
-    """Position of each pair in the folding order, as a symmetric matrix.
-
-    Parameters
-    ----------
-    d : int
-
-    Returns
-    -------
-    index : ndarray of int, shape (d, d)
-        ``index[j, k] == index[k, j]`` is the position of the pair
-        ``(min(j, k), max(j, k))`` in :func:`pair_indices`.
-
-    Examples
-    --------
-    >>> from sklearn_linattn._features import pair_index_matrix
-    >>> pair_index_matrix(2)
-    array([[0, 1],
-           [1, 2]])
-    """
+    """(d, d) symmetric int matrix: ``index[j, k]`` is the position of pair ``(min, max)``."""
     j, k = pair_indices(d)
     index = np.empty((d, d), dtype=np.intp)
     index[j, k] = np.arange(j.size)
@@ -131,30 +83,9 @@ def _decayed_last_moments(X, lengths, decay):
 
 
 def decayed_moments(X, lengths, decays=None, plain=None):
-    """The row moments of readout "last": the folded (decayed) moment of each block side by side.
+    """The row moments of readout "last", (n_samples, n_blocks * P): each block's folded moment.
 
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Zero-padded sequences.
-    lengths : ndarray of shape (n_samples,)
-    decays : tuple of float or None
-        None: the plain moments ``sum_t x_t x_t^T``.
-    plain : ndarray of shape (n_samples, P) or None, default=None
-        The plain folded moments of X when computed already (the block of
-        decay 1).
-
-    Returns
-    -------
-    S : ndarray of shape (n_samples, n_blocks * P)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._features import decayed_moments
-    >>> X = np.array([[[1.0], [2.0]]])
-    >>> decayed_moments(X, np.array([2]), (1.0, 0.5))  # 1 + 4, then 0.5 * 1 + 4
-    array([[5. , 4.5]])
+    ``decays=None`` gives the plain moments; ``plain``, when given, is the block of decay 1.
     """
     if decays is None or 1.0 in decays:
         plain = folded_second_moments(X) if plain is None else plain
@@ -181,16 +112,9 @@ def outer_features(S_folded, x):
 
 
 def _prefix_moments(X, decays=None):
-    """Folded running moments S_t = sum_{s <= t} x_s x_s^T, shape (n, n_tokens, P).
+    """Folded (decayed) running moments ``S_t``, shape (n, n_tokens, n_blocks * P).
 
-    With ``decays``, ``S_t = sum_{s <= t} gamma**(t - s) x_s x_s^T`` for each
-    decay, the blocks side by side: shape (n, n_tokens, n_blocks * P).
-
-    The result is a transposed view of a (P, n, n_tokens) array: products
-    and running sums then run along contiguous token axes (several times
-    faster than along the short pair axis), and the rows of
-    :func:`row_factors` come out with their pairs as columns of a
-    Fortran-ordered matrix, the layout the Gram accumulation wants.
+    A transposed view of a (P, n, n_tokens) array: running sums go along contiguous tokens.
     """
     j, k = pair_indices(X.shape[2])
     Xt = np.ascontiguousarray(X.transpose(2, 0, 1))
@@ -214,45 +138,10 @@ def _prefix_moments(X, decays=None):
 
 
 def row_factors(X, lengths, readout="last", decays=None):
-    """The two factors of each feature row: ``H_row = kron(S_row, x_row)``.
+    """The factors ``(S, x, sample)`` of the feature rows ``H_r = kron(S_r, x_r)``.
 
-    Every feature row is the row-wise Kronecker product of a folded second
-    moment and a token (see :func:`attention_features`).  Solvers work on
-    these factors instead of the rows, which are ``d`` times longer.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Zero-padded sequences.
-    lengths : ndarray of shape (n_samples,)
-    readout : {"last", "all"}, default="last"
-        ``"last"``: one row per sequence.  ``"all"``: one row per real token,
-        the features of the prefix ending there (padded positions dropped),
-        in sample-major order.
-    decays : tuple of float or None, default=None
-        Fixed decays of the feature blocks (None: one block, no decay).
-
-    Returns
-    -------
-    S : ndarray of shape (n_rows, n_blocks * d * (d + 1) // 2)
-        Folded second moments of the rows (of the prefixes for ``"all"``),
-        one decayed moment per block side by side.
-    x : ndarray of shape (n_rows, d)
-        Last token of each row.
-    sample : ndarray of int, shape (n_rows,)
-        Index of the sequence each row comes from.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._features import attention_features, row_factors
-    >>> X = np.array([[[1.0, 2.0], [3.0, 0.5]]])
-    >>> S, x, sample = row_factors(X, np.array([2]), readout="all")
-    >>> S.shape, x.shape, sample
-    ((2, 3), (2, 2), array([0, 0]))
-    >>> bool(np.allclose(np.einsum("rp,rl->rpl", S, x)[-1].ravel(),
-    ...                  attention_features(X, np.array([2]))[0]))
-    True
+    One row per sequence (``"last"``) or per real position, sample-major (``"all"``); ``S`` has
+    one folded moment per decay block, ``x`` the row's token, ``sample`` its sequence.
     """
     if readout == "last":
         return (decayed_moments(X, lengths, decays), last_tokens(X, lengths),
@@ -271,34 +160,7 @@ def row_factors(X, lengths, readout="last", decays=None):
 
 
 def features_matvec(S, x, coef):
-    """Products ``Phi @ coef.T`` of the feature rows with coefficient vectors.
-
-    ``(Phi c)_r = S_r^T C x_r`` with ``C`` the (P, d) reshape of ``c``: one
-    GEMM of the tokens with the coefficients, then a row-wise dot product;
-    the rows ``Phi`` themselves are never formed.
-
-    Parameters
-    ----------
-    S, x : ndarray of shape (n_rows, P) and (n_rows, d)
-        Row factors from :func:`row_factors`.
-    coef : ndarray of shape (k, psi)
-        Coefficient vectors in feature order.
-
-    Returns
-    -------
-    out : ndarray of shape (n_rows, k)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._features import attention_features, features_matvec, row_factors
-    >>> X = np.random.default_rng(0).normal(size=(4, 3, 2))
-    >>> lengths = np.full(4, 3)
-    >>> c = np.arange(12.0).reshape(2, 6)
-    >>> S, x, _ = row_factors(X, lengths)
-    >>> bool(np.allclose(features_matvec(S, x, c), attention_features(X, lengths) @ c.T))
-    True
-    """
+    """``Phi @ coef.T``, (n_rows, k), from the factors of :func:`row_factors`, rows unformed."""
     n_rows, P = S.shape
     d = x.shape[1]
     k = coef.shape[0]
@@ -310,33 +172,7 @@ def features_matvec(S, x, coef):
 
 
 def features_rmatvec(S, x, R):
-    """Products ``Phi.T @ R`` of the transposed feature rows, without the rows.
-
-    ``sum_r R_r kron(S_r, x_r)`` is the (P, d) matrix ``S^T diag(R) x``: one
-    GEMM per column of R.
-
-    Parameters
-    ----------
-    S, x : ndarray of shape (n_rows, P) and (n_rows, d)
-        Row factors from :func:`row_factors`.
-    R : ndarray of shape (n_rows, k)
-
-    Returns
-    -------
-    out : ndarray of shape (k, psi)
-        ``out[c] = Phi.T @ R[:, c]`` in feature order.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._features import attention_features, features_rmatvec, row_factors
-    >>> X = np.random.default_rng(0).normal(size=(4, 3, 2))
-    >>> lengths = np.full(4, 3)
-    >>> R = np.arange(8.0).reshape(4, 2)
-    >>> S, x, _ = row_factors(X, lengths)
-    >>> bool(np.allclose(features_rmatvec(S, x, R), (attention_features(X, lengths).T @ R).T))
-    True
-    """
+    """``(Phi.T @ R).T``, (k, psi), from the row factors of :func:`row_factors`, rows unformed."""
     n_rows, P = S.shape
     d = x.shape[1]
     k = R.shape[1]
@@ -347,53 +183,14 @@ def features_rmatvec(S, x, R):
 
 
 def attention_features(X, lengths, decays=None):
-    """The feature map H: one row of psi cubic features per sequence.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Zero-padded sequences.
-    lengths : ndarray of shape (n_samples,)
-        Number of real tokens per sequence.
-    decays : tuple of float or None, default=None
-        Fixed decays: one block of psi features per decay.
-
-    Returns
-    -------
-    H : ndarray of shape (n_samples, n_blocks * psi)
-        ``H[i, p * d + l] = S_i[j_p, k_p] * X[i, lengths[i] - 1, l]`` (block
-        b at offset ``b * psi``, from the decayed moment).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._features import attention_features
-    >>> X = np.array([[[1.0, 2.0], [3.0, 0.5]]])
-    >>> attention_features(X, np.array([2]))
-    array([[30.   ,  5.   , 10.5  ,  1.75 , 12.75 ,  2.125]])
-    """
+    """The feature map H, (n_samples, n_blocks * psi): a row per sequence, a block per decay."""
     return outer_features(decayed_moments(X, lengths, decays), last_tokens(X, lengths))
 
 
 def prefix_features(X, lengths, decays=None):
-    """Features of every prefix, for the causal readout ``"all"``.
+    """Features of every prefix, (n_samples, n_tokens, n_blocks * psi), for readout ``"all"``.
 
-    Uses a cumulative sum of the folded outer products, so the n prefixes are
-    never materialised as sequences.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Zero-padded sequences.
-    lengths : ndarray of shape (n_samples,)
-    decays : tuple of float or None, default=None
-        Fixed decays: one block of psi features per decay.
-
-    Returns
-    -------
-    H : ndarray of shape (n_samples, n_tokens, n_blocks * psi)
-        ``H[i, t]`` is the feature vector of the prefix ``X[i, :t + 1]``; rows at
-        padded positions are zero.
+    ``H[i, t]`` is the feature vector of ``X[i, :t + 1]``; rows at padded positions are zero.
     """
     H = outer_features(_prefix_moments(X, decays), X)
     H[~real_tokens(lengths, X.shape[1])] = 0.0
@@ -401,15 +198,7 @@ def prefix_features(X, lengths, decays=None):
 
 
 def padded_kernel(X, lengths_X, Y, lengths_Y):
-    """Gram matrix <H(X_i), H(Y_j)> of zero-padded arrays, without features.
-
-    ``<H(Z), H(Z')> = sum_{j <= k} S_jk S'_jk * <x_last, x'_last>``, which costs
-    O(d^2) per pair instead of O(d^3).
-
-    Returns
-    -------
-    K : ndarray of shape (n_samples_X, n_samples_Y)
-    """
+    """Gram matrix ``<H(X_i), H(Y_j)>`` of zero-padded arrays, without forming the features."""
     SX = folded_second_moments(X)
     SY = SX if Y is X else folded_second_moments(Y)
     return (SX @ SY.T) * (last_tokens(X, lengths_X) @ last_tokens(Y, lengths_Y).T)
@@ -418,11 +207,8 @@ def padded_kernel(X, lengths_X, Y, lengths_Y):
 def attention_kernel(X, Y=None, *, token_dim=None):
     """The linear-attention kernel: inner products of the cubic features.
 
-    ``K[i, j] = <H(X_i), H(Y_j)> = sum_{j <= k} S_jk S'_jk <x_last, x'_last>``
-    with ``S = sum_t x_t x_t^T``.  It costs O(d^2) per pair instead of the
-    O(d^3) of forming the features, and any scikit-learn kernel method can
-    use it with ``kernel="precomputed"`` (kernel ridge regression on it is
-    the dual form of :class:`LinearAttentionRegressor`).
+    ``K[i, j] = <H(X_i), H(Y_j)>``, for any scikit-learn kernel method with
+    ``kernel="precomputed"`` (:ref:`theory-kernel`).
 
     Parameters
     ----------
@@ -461,31 +247,9 @@ def attention_kernel(X, Y=None, *, token_dim=None):
 
 
 def feature_names(d, input_features=None, decays=None):
-    """Readable names of the psi features, in feature order.
+    """Names of the features in order: ``"S[x0,x1]*last[x2]"``, ``"S@0.9[..."`` with decays.
 
-    ``"S[x0,x1]*last[x2]"`` is the column holding ``S[0, 1] * x_last[2]``;
-    with decays, ``"S@0.9[x0,x1]*last[x2]"`` the same of the block of decay 0.9.
-
-    Parameters
-    ----------
-    d : int
-        Token dimension.
-    input_features : sequence of str or None
-        Names of the d token coordinates; default ``x0, ..., x{d-1}``.
-    decays : tuple of float or None, default=None
-        Fixed decays of the feature blocks.
-
-    Returns
-    -------
-    names : ndarray of str, shape (n_blocks * psi,)
-
-    Examples
-    --------
-    >>> from sklearn_linattn._features import feature_names
-    >>> list(feature_names(1))
-    ['S[x0,x0]*last[x0]']
-    >>> list(feature_names(1, decays=(1.0, 0.5)))
-    ['S@1[x0,x0]*last[x0]', 'S@0.5[x0,x0]*last[x0]']
+    ``input_features`` names the d token coordinates (default ``x0, ..., x{d-1}``).
     """
     if decays is not None:
         # Each decay as its shortest exact decimal: distinct decays, distinct names.
@@ -507,19 +271,7 @@ def feature_names(d, input_features=None, decays=None):
 
 
 def fold_coefficients(C):
-    """Fold a full coefficient tensor C[a, j, k, l] into psi coefficients.
-
-    Only ``C[a, j, k, l] + C[a, k, j, l]`` reaches the output because S is
-    symmetric; the folded vector keeps that sum once per pair j <= k.
-
-    Parameters
-    ----------
-    C : ndarray of shape (d_out, d, d, d)
-
-    Returns
-    -------
-    coef : ndarray of shape (d_out, psi)
-    """
+    """Fold ``C`` (d_out, d, d, d) into (d_out, psi): ``C[a,j,k,l] + C[a,k,j,l]`` per j <= k."""
     d_out, d = C.shape[0], C.shape[1]
     j, k = pair_indices(d)
     sym = C + C.transpose(0, 2, 1, 3)
@@ -528,15 +280,7 @@ def fold_coefficients(C):
 
 
 def unfold_coefficients(coef, d):
-    """Spread folded coefficients symmetrically over C[a, j, k, l] and C[a, k, j, l].
-
-    Any split of each pair computes the same function; the symmetric one is
-    the minimum-norm one.
-
-    Returns
-    -------
-    C : ndarray of shape (d_out, d, d, d)
-    """
+    """Spread folded coefficients symmetrically (minimum norm) over (d_out, d, d, d)."""
     coef = np.asarray(coef, dtype=np.float64)
     d_out = coef.shape[0]
     j, k = pair_indices(d)
@@ -548,18 +292,9 @@ def unfold_coefficients(coef, d):
 
 
 def _kron_rows(S, x):
-    """CSR rows ``kron(S_r, x_r)`` of dense factors, only their non-zero products.
+    """CSR ``(indptr, indices, data)`` of the rows ``kron(S_r, x_r)``: their non-zero products.
 
-    Parameters
-    ----------
-    S : ndarray of shape (n_rows, P)
-    x : ndarray of shape (n_rows, d)
-
-    Returns
-    -------
-    indptr, indices, data : ndarrays of one CSR matrix of shape (n_rows, P * d)
-        Column indices sorted within each row (``p * d + l`` increases with p,
-        then l).
+    Column indices are sorted within each row.
     """
     n_rows, d = x.shape
     sr, sp = np.nonzero(S)  # row-major: sorted by row, then by pair p
@@ -580,55 +315,10 @@ def _kron_rows(S, x):
 
 def sparse_feature_rows(X, lengths, readout="last", *, sample_weight=None, standardizer=None,
                         memory_budget=None, decays=None):
-    """The feature rows H as a scipy.sparse CSR matrix.
+    """``(H, sample)``: the feature rows as a CSR matrix, the dense rows' values and dtype.
 
-    Same rows, same order and same feature order as the dense
-    :func:`attention_features` (``"last"``) and the real rows of
-    :func:`prefix_features` (``"all"``), and the same values
-    (the products of the same factors), for any float input; only the
-    non-zero products are formed, chunk by chunk of sequences.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Padded sequences; values at positions ``>= lengths`` are ignored
-        (zero or NaN).
-    lengths : ndarray of int, shape (n_samples,)
-        Number of real tokens of each sequence.
-    readout : {"last", "all"}, default="last"
-        ``"last"``: one row per sequence.  ``"all"``: one row per real token
-        (the features of the prefix ending there), sample-major.
-    sample_weight : ndarray of shape (n_samples,) or None, default=None
-        When given, rows of sequences with weight 0 are dropped (the other
-        rows are not scaled).
-    standardizer : TokenStandardizer or None, default=None
-        Build the rows of the standardized tokens (float64); a power-of-two
-        scaling per coordinate keeps them as sparse as the tokens.
-    memory_budget : int or None, default=None
-        Bytes the rows may take (None: no limit); a ValueError is raised as
-        soon as the non-zeros built so far exceed it, before any more is
-        allocated.
-    decays : tuple of float or None, default=None
-        Fixed decays of the feature blocks (the standardizer's when given).
-
-    Returns
-    -------
-    H : scipy.sparse.csr_matrix of shape (n_rows, n_blocks * psi)
-        dtype float64, or float32 for float32 X (as the dense features).
-    sample : ndarray of int, shape (n_rows,)
-        Index of the sequence each row comes from.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._features import attention_features
-    >>> from sklearn_linattn._features import sparse_feature_rows
-    >>> X = np.eye(4)[np.random.default_rng(0).integers(0, 4, size=(5, 3))]  # one-hot
-    >>> H, sample = sparse_feature_rows(X, np.full(5, 3))
-    >>> H.shape, int(H.nnz) <= 5 * 6
-    ((5, 40), True)
-    >>> bool(np.array_equal(H.toarray(), attention_features(X, np.full(5, 3))))
-    True
+    Rows of weight-0 sequences are dropped; with ``standardizer``, rows of the standardized tokens
+    (its decays); a ValueError as soon as the non-zeros exceed ``memory_budget`` bytes.
     """
     check_readout(readout)
     X = np.asarray(X)

@@ -1,19 +1,7 @@
 """Eigenvalues of the feature Gram matrix: the zero rule, and bounds with their errors.
 
-What the identifiability certificate states about ``G = Phi^T W Phi`` comes
-from here, and each function says how far its answer can be from the truth:
-
-- :func:`eigenvalue_tolerance`: the one rule for which eigenvalues count as
-  zero, for the pseudo-inverse of every solver and for the certificate.
-- :func:`descending_eigh`: a dense symmetric eigen-decomposition, eigenvalues
-  decreasing and clipped at zero (the error is rounding).
-- :func:`largest_eigenvalue`, :func:`smallest_eigenvalue_from_cholesky`:
-  Lanczos on a dense G and on ``G^{-1}`` through a Cholesky factor (relative
-  accuracy 1e-10).
-- :func:`implicit_extremes`: lambda_max and lambda_min of a G that is only
-  available as products, with an interval that contains lambda_min
-  (a randomized lower bound from preconditioned CG, LOBPCG Ritz values and
-  their residual or Kato-Temple bounds).
+Each function says how far its answer can be from the truth; the methods are
+described in the user guide's :ref:`certificate-solvers`.
 """
 
 import time
@@ -82,32 +70,9 @@ _PENCIL_MEMORY_FRACTION = 1 / 16
 def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
     """The one rule for when an eigenvalue of the feature Gram matrix is zero.
 
-    An eigenvalue counts as zero when it is at most
-    ``lambda_max * n_features * max(eps64, eps_in**2)``, with ``eps_in`` the
-    machine epsilon of the input dtype.
-
-    - ``n_features * eps64 * lambda_max`` bounds the rounding error of a
-      symmetric eigen-solver on the Gram matrix, so nothing smaller can be
-      told apart from zero.
-    - Input rounded to float32 moves an exactly rank-deficient design's zero
-      singular values to about ``eps32 * sigma_max``, i.e. its zero
-      eigenvalues to about ``eps32**2 * lambda_max``; float32 data therefore
-      uses ``n_features * eps32**2`` (about 1.4e-14 per feature).
-    - The rule is relative to ``lambda_max``, so multiplying X by any c > 0
-      (which multiplies every eigenvalue by c**6) does not change the verdict.
-
-    Parameters
-    ----------
-    lambda_max : float
-        Largest eigenvalue of the (unnormalised or normalised) Gram matrix.
-    n_features : int
-        Number of features psi.
-    dtype : dtype, default=float64
-        The least precise floating dtype of the input sequences.
-
-    Returns
-    -------
-    tol : float
+    An eigenvalue counts as zero when it is at most the returned
+    ``lambda_max * n_features * max(eps64, eps_in**2)``, ``eps_in`` the
+    machine epsilon of ``dtype`` (the least precise input dtype).
 
     Examples
     --------
@@ -126,27 +91,8 @@ def eigenvalue_tolerance(lambda_max, n_features, dtype=np.float64):
 def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None):
     """:func:`eigenvalue_tolerance` of a spectrum, raised so that at most ``n_rows`` exceed it.
 
-    A Gram matrix of ``n_rows`` feature rows has rank at most ``n_rows``.
-    Rounding never makes more of the eigenvalues than that non-zero; where
-    it would (statistics rounded in a map between coordinates), all but
-    the largest ``n_rows`` are zero.
-
-    Parameters
-    ----------
-    w : ndarray of shape (m,)
-        Eigenvalues in decreasing order.
-    n_features : int
-        Number of features psi (the tolerance's scale).
-    dtype : dtype, default=float64
-        The least precise floating dtype of the input sequences.
-    n_rows : int or None, default=None
-        Number of rows of positive weight behind the Gram matrix (None: no
-        bound).
-
-    Returns
-    -------
-    tol : float
-        An eigenvalue counts as zero when it is at most ``tol``.
+    ``w`` is in decreasing order; ``n_rows`` (None: no bound) is the number of
+    rows of positive weight, which bounds the rank.
 
     Examples
     --------
@@ -166,9 +112,7 @@ def rank_tolerance(w, n_features, dtype=np.float64, n_rows=None):
 def descending_eigh(A, *, vectors=True, overwrite_a=False):
     """Eigenvalues of a symmetric matrix in decreasing order, clipped at 0, and eigenvectors.
 
-    The matrices are Gram matrices (positive semi-definite), so negative
-    eigenvalues are rounding.  Returns ``w`` or ``(w, U)`` with
-    ``A = U diag(w) U^T`` to rounding.
+    Returns ``w`` or ``(w, U)`` with ``A = U diag(w) U^T`` to rounding.
     """
     if not vectors:
         return np.clip(scipy.linalg.eigvalsh(A, overwrite_a=overwrite_a)[::-1], 0.0, None)
@@ -184,9 +128,7 @@ def start_vectors(n, k=1):
 def largest_eigenvalue(G):
     """lambda_max of a dense symmetric matrix by Lanczos (relative accuracy _LANCZOS_RTOL).
 
-    Each Lanczos product is a BLAS ``symv`` on one triangle of G: a product
-    with a large matrix is bound by memory, and ``symv`` reads half of what
-    ``G @ v`` reads.  Of a C-ordered G only the upper triangle is read.
+    Of a C-ordered G only the upper triangle is read.
     """
     A = G.T if G.T.flags.f_contiguous else np.asfortranarray(G)
     symv = get_blas_funcs("symv", (A,))
@@ -223,29 +165,15 @@ def smallest_eigenvalue_from_cholesky(L):
 
 
 def probe_threshold(n_probes, failure=_FAILURE):
-    """``delta`` with ``P(||g|| < delta) = failure`` for a standard normal g in R^n_probes.
-
-    ``||g||**2`` is chi-squared with ``n_probes`` degrees of freedom, so
-    ``delta = sqrt(chi2.ppf(failure, n_probes))``: 1.0e-3 for one probe,
-    0.040 for two, 0.13 for three, 0.28 for four (``failure = 8e-4``).
-    """
+    """``delta`` with ``P(||g|| < delta) = failure`` for a standard normal g in R^n_probes."""
     return float(np.sqrt(scipy.stats.chi2.ppf(failure, n_probes)))
 
 
 def randomized_lower_bound(delta, solutions, residuals):
     """Lower bound on lambda_min from chained solves ``G X_j ~ X_{j-1}``, ``X_0 = B``.
 
-    With ``R_j = X_{j-1} - G X_j`` (exact residuals) and u a unit eigenvector
-    of lambda = lambda_min, ``X_{j-1}^T u = lambda X_j^T u + R_j^T u``, so
-    ``B^T u = lambda^J X_J^T u + sum_j lambda^(j-1) R_j^T u`` and
-
-        ||B^T u|| <= g_J(lambda) = ||X_J|| lambda^J + sum_j ||R_j|| lambda^(j-1)
-
-    (spectral norms).  g_J increases on [0, inf); whenever ``||B^T u|| >=
-    delta`` every J gives ``lambda >= g_J^{-1}(delta)`` (when ``g_J(0) =
-    ||R_1|| < delta``; else the bound is ``(delta - ||R_1||) / ||X_1|| <=
-    0``, as it must be when G is singular).  Returns the largest of these
-    bounds over J = 1, 2 (all hold on the same event).
+    Holds whenever ``||B^T u|| >= delta`` for the unit eigenvector u of
+    lambda_min; the largest of the bounds for J = 1, 2 stages.
     """
     x = [np.linalg.norm(s, 2) if s.size else 0.0 for s in solutions]
     r = [np.linalg.norm(s, 2) if s.size else 0.0 for s in residuals]
@@ -264,48 +192,11 @@ def _pencil_lanczos(op, precond, tol, block, memory_budget=None, fit=None, n_pro
                     seed=None):
     """Bounds on lambda_min of the implicit G: a randomized lower one, a Rayleigh quotient above.
 
-    Preconditioned CG (:func:`pcg`, M^{-1} the definite Kronecker
-    preconditioner) solves ``G X_1 = B`` for ``n_probes`` standard normal
-    probes B (psi x k), drawn from ``seed`` (default a fixed one),
-    and then ``G X_2 = X_1``.  For a unit eigenvector u of lambda_min, u does
-    not depend on B, so ``B^T u`` is standard normal in R^k and ``||B^T u||
-    >= delta_k`` except with probability ``failure = 8e-4``
-    (:func:`probe_threshold`; ``delta_k`` grows like ``failure**(1/k)``:
-    1e-3 for one probe, 0.28 for four).  Then :func:`randomized_lower_bound`
-    holds, with exact (float64) residuals:
-
-        lambda_min >= (delta_k - ||R_1||) / ||X_1||,  and
-        ||X_2|| lambda_min^2 + ||R_2|| lambda_min + ||R_1|| >= delta_k,
-
-    whatever the data, except with probability 8e-4 over B.  The second,
-    an inverse iteration, removes most of the looseness of the first: ``||X_1||``
-    is about ``sqrt(sum_i lambda_i^-2)``, far above ``1/lambda_min`` when
-    many eigenvalues lie near lambda_min (Marchenko-Pastur designs with N
-    near psi), ``||X_2||`` about ``sqrt(sum_i lambda_i^-4)``, and the
-    quadratic takes a square root of ``delta_k``.
-
-    ``fit``, when given, is a dict ``rhs`` (psi x d_out), ``precond``,
-    ``penalty``, ``tol``, ``max_iter`` of the fit's system ``(G + penalty) C
-    = rhs``: its columns join the probes in the same block, so that fit and
-    certificate share every pass over the data; its solution is returned.
-
-    Each stage stops when ``||R_j||_F <= delta_k / 4`` (stage 1) or at a
-    relative residual ``_STAGE2_RTOL`` (stage 2); the first stage also when
-    the Lanczos matrix of the first probe (CG is Lanczos on the pencil
-    ``(G, M)``, :class:`LanczosRecord`) has a Ritz value theta_1 with
-    ``theta_1 lambda_max(M) <= tol`` (a null direction: no solution to
-    converge to; then there is no second stage), or after
-    ``_PENCIL_MAX_ITER`` steps (fewer when the float32 Lanczos vectors would
-    take more than 1/16 of the memory budget).  The Ritz vectors of the
-    ``block`` smallest Ritz values and the solutions X_1, X_2 then get an
-    exact Rayleigh-Ritz step of the pencil; ``upper`` is the smallest
-    Rayleigh quotient of G among them (a lambda_min ``<= upper`` for sure).
-
-    Returns
-    -------
-    dict with lower, upper, vector (of upper), vectors (all, for LOBPCG),
-    values (the Rayleigh quotients of G, increasing), n_iter (probe CG
-    steps), fit (None or ``(C, n_iter, rel)`` as :func:`pcg` returns them).
+    ``fit``, when given, is a dict ``rhs``, ``precond``, ``penalty``, ``tol``,
+    ``max_iter`` of the fit's system ``(G + penalty) C = rhs``, solved in the
+    same block as the probes.  Returns a dict with lower, upper, vector (of
+    upper), vectors, values (increasing), n_iter and fit (None or
+    ``(C, n_iter, rel)`` as :func:`pcg` returns them).
     """
     psi = op.psi
     k = _PROBES if n_probes is None else int(n_probes)
@@ -404,52 +295,10 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
                       seed=None):
     """lambda_max, lambda_min (with eigenvector and error bound) of the implicit G.
 
-    ``fit`` (see :func:`_pencil_lanczos`) is a system ``(G + penalty) C =
-    rhs`` solved by CG in the same passes as the certificate's probes; its
-    ``(C, n_iter, rel)`` is returned under ``fit``.  ``seed`` draws the
-    probes (default a fixed seed).
-
-    lambda_max by Lanczos (ARPACK, relative accuracy 1e-8; on a float32
-    cache, Lanczos to 1e-4 and then the exact float64 Rayleigh quotient of
-    its Ritz vector, a lower bound with error of order 1e-8 relative).
-
-    lambda_min in two stages.  First preconditioned CG on random
-    right-hand sides (:func:`_pencil_lanczos`) gives an interval ``[lower,
-    upper]`` that contains lambda_min: upper is a Rayleigh quotient of G,
-    lower a randomized bound (it fails with probability at most 8e-4).  When
-    the interval is on one side of the zero threshold tol, the verdict is
-    decided and lambda_min is reported as upper with error ``upper -
-    max(lower, 0)``.  Otherwise LOBPCG takes over, on G itself with the Kronecker preconditioner and a block of
-    ``block`` vectors started from the pencil's Ritz vectors, run in rounds
-    of 30 iterations (each round restarts from the previous Ritz vectors).
-    After each round the two smallest Ritz vectors get an exact (float64)
-    Rayleigh-Ritz step and residuals: theta, a Rayleigh quotient, is
-    ``>= lambda_min``, and the error bound of :func:`_ritz_error` is the
-    residual ``||G v - theta v||`` or, once the second Ritz value is
-    separated from the first, the Kato-Temple bound ``r**2 / gap``.  LOBPCG
-    stops when that bound is at most ``max(1e-4 * theta, tol / 2)``, after
-    300 iterations, or as soon as continuing cannot pay off: a round did not
-    reduce the bound, or its rate of decrease, extrapolated to 300
-    iterations, reaches neither that target nor (while the verdict is
-    undecided) ``theta - tol``.  The two stages' intervals are intersected;
-    whatever the error then, it is reported, and a warning says when it
-    leaves the verdict undecided.
-
-    LOBPCG's bound assumes, as every Ritz-value bound must, that its smallest
-    Ritz value approximates the smallest eigenvalue (not one above it).
-
-    Returns
-    -------
-    dict with lambda_max, lambda_min, error, vector, tol, values (Rayleigh
-    quotients of the Ritz vectors, increasing), n_iter (probe CG
-    steps plus LOBPCG iterations), fit, and diagnostics (absent for psi <
-    5 block, where G is formed): seconds of ``lambda_max_seconds``
-    (Lanczos), ``block_cg_seconds`` (the shared CG of the fit and the
-    probes, every stage), ``fit_seconds`` (from its start until the fit's
-    columns converged), ``bounds_seconds`` (exact residuals and
-    Rayleigh-Ritz), ``lobpcg_seconds``; iterations ``fit_iterations``,
-    ``probe_iterations`` (one count per stage), ``lobpcg_iterations``;
-    ``n_probes``.
+    ``fit`` is as in :func:`_pencil_lanczos`; ``seed`` draws the probes.
+    Returns a dict with lambda_max, lambda_min, error, vector, tol, values,
+    n_iter, fit, and diagnostics (timings and iteration counts, absent when G
+    is small enough to be formed); warns when the error leaves the verdict open.
     """
     psi = op.psi
     if psi < 5 * block:
@@ -550,14 +399,7 @@ def implicit_extremes(op, precond, dtype, block=_LOBPCG_BLOCK, memory_budget=Non
 
 
 def _ritz_error(theta, resid):
-    """Error bound of the smallest Ritz value theta[0] from the two smallest Ritz pairs.
-
-    ``theta[0] >= lambda_1`` (a Rayleigh quotient), and some eigenvalue lies
-    within ``resid[0]`` of it.  If the second Ritz pair approximates lambda_2,
-    then ``lambda_2 >= mu = theta[1] - resid[1]`` and the Kato-Temple
-    inequality gives ``theta[0] - lambda_1 <= resid[0]**2 / (mu - theta[0])``
-    when ``mu > theta[0]``, which is much smaller once the residual is small.
-    """
+    """Error bound of the smallest Ritz value theta[0]: its residual, or Kato-Temple's."""
     r = float(resid[0])
     mu = float(theta[1] - resid[1])
     if mu > theta[0]:

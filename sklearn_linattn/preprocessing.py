@@ -1,13 +1,4 @@
-"""Transformers of sequences into sequences: positional encodings and patches.
-
-A one-layer linear attention sees its context as a bag: ``S = sum_t x_t x_t^T``
-does not change when the tokens are permuted.  Appending a code of each
-token's position to the token gives the layer the order back, and the model
-stays linear in its cubic features (learned exactly, certified).
-
-Long series cut into patches of consecutive time points, one token each,
-keep the token dimension (and the cubic number of features) small.
-"""
+"""Transformers of sequences into sequences: positional encodings and patches."""
 
 import math
 
@@ -39,8 +30,7 @@ def _sinusoidal_frequencies(n_channels, max_period):
 def _check_output_memory(what, shape, dtype, work, work_text, advice):
     """A ValueError, before allocating it, for an output of ``shape`` beyond the memory budget.
 
-    ``work``: the bytes that building it takes beside it, ``work_text`` what
-    they are, ``advice`` what to do instead.
+    ``work``: the bytes built beside it, ``work_text`` what they are, ``advice`` what to do.
     """
     budget = resolve_budget(None)
     n_bytes = math.prod(shape) * np.dtype(dtype).itemsize
@@ -55,58 +45,35 @@ def _check_output_memory(what, shape, dtype, work, work_text, advice):
 class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Append a positional encoding to every token of every sequence.
 
-    A one-layer linear attention sees its context as a bag: ``sum_t x_t x_t^T``
-    carries no position.  This transformer appends ``n_positions_`` channels
-    holding each real token's position, so that a
-    :class:`~sklearn_linattn.LinearAttentionRegressor` after it in a Pipeline
-    can read the order.  With one-hot positions the cubic features contain
-    every token linearly (times the current position) and every token times
-    the current one: an autoregression on every lag, with interactions, still
-    learned exactly by least squares.
+    Appends ``n_positions_`` channels holding each real token's position, so
+    that a :class:`~sklearn_linattn.LinearAttentionRegressor` after it in a
+    Pipeline can read the order.  Padded tokens stay all-NaN, the new channels
+    included.  See the user guide's :doc:`/positions` page.
 
     Parameters
     ----------
     kind : {"onehot", "sinusoidal"}, default="onehot"
-        ``"onehot"``: channel ``p`` is 1 at the token of position ``p`` and 0
-        elsewhere.  ``"sinusoidal"``: the encoding of Vaswani et al. [1]_;
-        with ``n = n_positions_`` channels and angular frequencies
-        ``w_k = max_period ** (-2 k / n)``, k = 0, ..., n/2 - 1, channel
-        ``2k`` is ``sin(w_k p)`` and channel ``2k + 1`` is ``cos(w_k p)``.
+        ``"onehot"``: channel ``p`` is 1 at the token of position ``p``, else 0.
+        ``"sinusoidal"`` (Vaswani et al. [1]_): channels ``2k`` and ``2k + 1`` are
+        ``sin(w_k p)`` and ``cos(w_k p)``, ``w_k = max_period ** (-2k / n_positions_)``.
     origin : {"start", "end"}, default="start"
-        Where position 0 is.  ``"start"``: the first token (positions 0, 1,
-        ...).  ``"end"``: the last real token of each sequence, counting
-        backwards (``n_i - 1`` for the first of ``n_i`` tokens): sequences
-        of different lengths then align on recency (position 1 is always
-        the token before the last).  Positions counted from the end tell
-        every token how many follow it, so with ``readout="all"``, where
-        each position's output must depend on its prefix only, use
-        ``"start"``.
+        Position 0 is the first token (``"start"``), or the last real token of
+        each sequence, counting backwards (``"end"``: sequences align on
+        recency).  With ``readout="all"`` use ``"start"``.
     n_positions : int or None, default=None
-        Number of channels appended.  ``"onehot"``: the number of positions
-        encoded; None learns it in ``fit`` as the longest sequence seen (its
-        number of real tokens).  ``"sinusoidal"``: an even number of
-        channels (n_positions / 2 frequencies); None means 8 channels
-        (4 frequencies: a few channels keep psi, which grows like the cube
-        of the token dimension, small).
+        Number of channels appended.  ``"onehot"``: positions encoded; None
+        learns the longest sequence seen in ``fit``.  ``"sinusoidal"``: an even
+        number; None means 8 (4 frequencies).
     max_period : float, default=10000.0
         ``"sinusoidal"`` only, positive: the periods ``2 pi / w_k`` grow
-        geometrically from ``2 pi`` to ``2 pi max_period ** (1 - 2 / n)``
-        (Vaswani et al.'s 10000 by default).
+        geometrically from ``2 pi`` to ``2 pi max_period ** (1 - 2 / n_positions_)``.
     handle_unknown : {"error", "ignore"}, default="error"
-        ``"onehot"`` only: what ``fit`` and ``transform`` do with a real
-        token at a position ``>= n_positions_`` (a sequence longer than
-        ``n_positions_``).  ``"error"`` raises a ValueError naming the
-        sequence, its length and ``n_positions_``; ``"ignore"`` gives such
-        tokens all-zero position channels, as
-        :class:`~sklearn.preprocessing.OneHotEncoder` does for unknown
-        categories (with ``origin="end"``, the tokens before the last
-        ``n_positions_`` ones).  Sinusoidal codes exist at every position.
+        ``"onehot"`` only: a real token at a position ``>= n_positions_`` raises
+        a ValueError (``"error"``) or gets all-zero position channels
+        (``"ignore"``, as OneHotEncoder does for unknown categories).
     data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X: ``"channels_last"`` is (n_samples, n_tokens, d),
-        ``"channels_first"`` is (n_samples, d, n_tokens) as aeon and sktime
-        store series.  The output is in the same layout (as Keras' layers
-        read and write theirs): set the same ``data_format`` on every step
-        of a Pipeline.
+        Layout of X and of the output: (n_samples, n_tokens, d), or (n_samples,
+        d, n_tokens) as aeon and sktime store series.
 
     Attributes
     ----------
@@ -117,21 +84,7 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
 
     See Also
     --------
-    LinearAttentionRegressor : the layer to put after it in a Pipeline.
-    sklearn.preprocessing.OneHotEncoder : the same ``handle_unknown`` choice.
-
-    Notes
-    -----
-    Padding is preserved: trailing all-NaN tokens stay all-NaN, the new
-    channels included, so the output is valid input of every estimator of
-    the package.  ``fit`` reads the sequences' lengths only.
-
-    The identifiability certificate of a model fitted on encoded sequences
-    speaks about the augmented tokens ``(x_t, e_t)``.  One-hot positions
-    never leave the one-hot patterns (for instance the positional block of
-    ``S`` is diagonal), so the global certificate, which is about every
-    input in ``R^(d + n_positions_)``, cannot hold; what it certifies is
-    per input, through ``certificate_.covers(encoder.transform(X_new))``.
+    Patches : patches of long series, before it in a Pipeline.
 
     References
     ----------
@@ -153,20 +106,6 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
     >>> PositionalEncoding(origin="end").fit_transform(X)[1, :2]  # 0 = the last token
     array([[8., 0., 1., 0.],
            [9., 1., 0., 0.]])
-
-    Before the layer, which can then read the previous token (a lag-1
-    autoregression) exactly, also on inputs ten times larger:
-
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn_linattn import LinearAttentionRegressor
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.normal(size=(60, 4, 2))
-    >>> y = np.concatenate([np.zeros((60, 1, 2)), X[:, :-1]], axis=1)  # y_t = x_(t-1)
-    >>> model = make_pipeline(PositionalEncoding(),
-    ...                       LinearAttentionRegressor(readout="all")).fit(X, y)
-    >>> X_new = 10 * rng.normal(size=(5, 4, 2))
-    >>> bool(np.allclose(model.predict(X_new)[:, 1:], X_new[:, :-1]))
-    True
     """
 
     def __init__(self, kind="onehot", *, origin="start", n_positions=None, max_period=10000.0,
@@ -227,16 +166,14 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Sequences; trailing all-NaN tokens are padding.  Only the token
-            dimension and the lengths are read.
+            Sequences; trailing all-NaN tokens are padding.  Only d and the lengths are read.
         y : None
             Ignored.
 
         Returns
         -------
         self : PositionalEncoding
-            The fitted transformer, with ``n_features_in_`` and
-            ``n_positions_`` set.
+            The fitted transformer.
 
         Examples
         --------
@@ -247,8 +184,6 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         >>> enc = PositionalEncoding().fit(X)
         >>> enc.n_features_in_, enc.n_positions_
         (3, 5)
-        >>> PositionalEncoding("sinusoidal").fit(X).n_positions_
-        8
         """
         n_positions = self._check_params()
         X, lengths = self._sequences(X)
@@ -277,27 +212,20 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-            Sequences of any length, with the token dimension d seen in
-            ``fit`` (layout ``data_format``); trailing all-NaN tokens are
-            padding.
+            Sequences of any length and the d seen in ``fit``; trailing all-NaN tokens are padding.
 
         Returns
         -------
         X_out : ndarray of shape (n_samples, n_tokens, n_channels)
-            In the layout ``data_format`` ((n_samples, n_channels, n_tokens)
-            for ``"channels_first"``); a list of sequences comes back padded
-            to its longest sequence.  In the default layout,
-            ``X_out[i, t, :d]`` is the token ``X[i, t]``; the last
-            ``n_positions_`` channels (``n_channels = d + n_positions_``)
-            hold its position's code at real tokens and NaN at padded ones.  Floating input keeps its dtype
-            (float64, float32, float16); other numbers become float64.
+            In the layout ``data_format``, lists padded: each token, then its position's
+            code (NaN at padded tokens), ``n_channels = d + n_positions_``.  Float64,
+            float32 and float16 keep their dtype, other numbers become float64.
 
         Raises
         ------
         ValueError
-            With ``kind="onehot"`` and ``handle_unknown="error"``, for a
-            sequence longer than ``n_positions_``; when ``kind`` or
-            ``n_positions`` changed since ``fit``.
+            For a sequence longer than ``n_positions_`` with ``handle_unknown="error"``
+            (one-hot), or when ``kind`` or ``n_positions`` changed since ``fit``.
 
         Examples
         --------
@@ -338,17 +266,13 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         Parameters
         ----------
         input_features : array-like of str or None
-            Names of the d token coordinates; default ``x0, ..., x{d-1}``
-            (as :class:`~sklearn_linattn.LinearAttentionFeatures` names
-            them).
+            Names of the d token coordinates; default ``x0, ..., x{d-1}``.
 
         Returns
         -------
         names : ndarray of str objects, shape (n_channels,)
-            One name per channel (last axis) of :meth:`transform`'s output,
-            ``n_channels = d + n_positions_``.
-            For ``kind="sinusoidal"``, ``pos{2k}`` and ``pos{2k+1}`` are the
-            sine and cosine of frequency k.
+            One per output channel (``d + n_positions_``); ``kind="sinusoidal"``:
+            ``pos{2k}``, ``pos{2k+1}`` the sine and cosine of frequency k.
 
         Examples
         --------
@@ -379,76 +303,38 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
 class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Cut each series into patches of consecutive time points, one token per patch.
 
-    A series of T time points of c channels read one token per time point,
-    with one-hot positions, has tokens of dimension ``d = T + c``, and the
-    layer's number of features ``psi = d**2 (d + 1) / 2`` grows like the
-    cube of it (84 daily values of one channel: d = 85, psi = 310 675).
-    Patches of p time points (as in PatchTST [1]_) make tokens of dimension
-    ``p c`` and ``T / p`` of them (with positions after this step,
-    ``d = p c + T / p``), so that
-    :class:`~sklearn_linattn.LinearAttentionRegressor` stays small enough to
-    fit exactly: 84 values in patches of 7 give d = 7 + 12 = 19, psi = 3 610.
+    The token of the patch starting at time point ``t0`` is ``token[k c + j] =
+    x[t0 + k, j]`` (k < p time points, j < c channels), tokens in time order,
+    series with fewer patches padded with all-NaN tokens.  Trailing all-NaN time
+    points of the input are padding.  See the user guide's :ref:`real-data-patches`.
 
     Parameters
     ----------
     patch_size : int, default=8
         Number p of consecutive time points in each patch, >= 1.
     stride : int or None, default=None
-        Time points between the starts of consecutive patches, >= 1.  None
-        is ``patch_size``: patches side by side.  A smaller stride gives
-        overlapping patches (PatchTST's choice), a larger one skips the time
-        points between patches.
+        Time points between the starts of consecutive patches, >= 1; None is
+        ``patch_size`` (side by side).  Smaller strides overlap, larger skip.
     align : {"end", "start"}, default="end"
-        Where the cutting starts.  ``"end"``: backwards from each series'
-        last real time point, so that the last token always ends at the
-        latest observation (what ``readout="last"`` reads), whatever the
-        series' length.  ``"start"``: forwards from its first time point.
+        ``"end"``: cut backwards from each series' last real time point (the
+        last token ends at the latest observation, whatever the length);
+        ``"start"``: forwards from its first time point.
     incomplete : {"drop", "zeros"}, default="drop"
-        What becomes of the time points that do not fill a whole patch (at
-        the start of a series for ``align="end"``, at its end for
-        ``align="start"``).  ``"drop"``: they are left out; a series of fewer
-        than ``patch_size`` real time points then has no patch, a
-        ValueError.  ``"zeros"``: one more patch holds them, its missing
-        time points set to 0, when it holds at least one real time point
-        (then every real time point is in some token unless ``stride`` is
-        larger than ``patch_size``).  With ``align="start"`` that patch is
-        the last token, which ``readout="last"`` reads: the zeros in it can
-        keep the identifiability certificate from holding.
+        The time points that fill no whole patch: left out (``"drop"``; a
+        series shorter than ``patch_size`` is then a ValueError), or kept in
+        one more patch completed with zeros (``"zeros"``).
     data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X: ``"channels_last"`` is (n_samples, n_timepoints,
-        n_channels), ``"channels_first"`` is (n_samples, n_channels,
-        n_timepoints) as aeon and sktime store series.  The output is in the
-        same layout: set the same ``data_format`` on every step of a
-        Pipeline.
+        Layout of X and of the output: (n_samples, n_timepoints, n_channels) or
+        (n_samples, n_channels, n_timepoints).
 
     Attributes
     ----------
     n_features_in_ : int
-        Number of channels c seen in ``fit`` (the token dimension of the
-        input).
+        Number of channels c seen in ``fit``.
 
     See Also
     --------
     PositionalEncoding : the positions of the patches, next in a Pipeline.
-    LinearAttentionRegressor : the layer that reads the patches.
-
-    Notes
-    -----
-    Token layout: the token of a patch holds its p time points in time
-    order, each with its c channels, ``token[k c + j] = x[t0 + k, j]`` for
-    the patch starting at time point ``t0`` (k < p, j < c); the names of
-    :meth:`get_feature_names_out` say the same.  The tokens of a series come
-    in time order; a series with fewer patches than the longest one is
-    padded with trailing all-NaN tokens, the package's padding, so the
-    output is valid input of every estimator of the package.  Trailing
-    all-NaN time points of the input are padding too: series may have
-    different lengths, and with ``align="end"`` each is cut from its own
-    last real time point.  ``fit`` reads the number of channels and the
-    lengths only.
-
-    The patch size is a hyperparameter like any other: search it with
-    :class:`~sklearn.model_selection.GridSearchCV` over
-    ``patches__patch_size`` in a Pipeline (see the Examples).
 
     References
     ----------
@@ -460,13 +346,7 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     --------
     >>> import numpy as np
     >>> from sklearn_linattn.preprocessing import Patches
-    >>> X = np.arange(10.0).reshape(1, 5, 2)  # 5 time points of 2 channels
-    >>> X[0]
-    array([[0., 1.],
-           [2., 3.],
-           [4., 5.],
-           [6., 7.],
-           [8., 9.]])
+    >>> X = np.arange(10.0).reshape(1, 5, 2)  # 5 time points of 2 channels: (0, 1), ..., (8, 9)
     >>> patches = Patches(2).fit(X)
     >>> patches.get_feature_names_out().tolist()
     ['t0_x0', 't0_x1', 't1_x0', 't1_x1']
@@ -480,32 +360,6 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     >>> Patches(2, stride=1).fit_transform(X[:, :3])  # overlapping
     array([[[0., 1., 2., 3.],
             [2., 3., 4., 5.]]])
-
-    Series of 12 time points, whose target multiplies the last value by the
-    one a patch before: in patches of 4 with positions, tokens of d = 4 + 3
-    (196 features, instead of 1 183 for one token per time point), learned
-    exactly:
-
-    >>> from sklearn.pipeline import make_pipeline
-    >>> from sklearn_linattn import LinearAttentionRegressor
-    >>> from sklearn_linattn.preprocessing import PositionalEncoding
-    >>> rng = np.random.default_rng(0)
-    >>> X = rng.normal(size=(300, 12, 1))
-    >>> y = X[:, -1, 0] * X[:, -5, 0]
-    >>> model = make_pipeline(Patches(4), PositionalEncoding(),
-    ...                       LinearAttentionRegressor()).fit(X, y)
-    >>> model[-1].coef_.shape
-    (1, 196)
-    >>> X_new = rng.normal(size=(5, 12, 1))
-    >>> bool(np.allclose(model.predict(X_new), X_new[:, -1, 0] * X_new[:, -5, 0]))
-    True
-
-    The patch size chosen by cross-validation:
-
-    >>> from sklearn.model_selection import GridSearchCV
-    >>> search = GridSearchCV(model, {"patches__patch_size": [2, 4]}, cv=3).fit(X, y)
-    >>> sorted(search.cv_results_["param_patches__patch_size"].tolist())
-    [2, 4]
     """
 
     def __init__(self, patch_size=8, *, stride=None, align="end", incomplete="drop",
@@ -563,22 +417,21 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_timepoints, n_channels) or list of \
-(n_timepoints_i, n_channels) arrays
-            Series (layout ``data_format``); trailing all-NaN time points are
-            padding.  Only the number of channels and the lengths are read.
+        (n_timepoints_i, n_channels) arrays
+            Series; trailing all-NaN time points are padding.  Only the number of
+            channels and the lengths are read.
         y : None
             Ignored.
 
         Returns
         -------
         self : Patches
-            The fitted transformer, with ``n_features_in_`` set.
+            The fitted transformer.
 
         Raises
         ------
         ValueError
-            With ``incomplete="drop"``, for a series of fewer than
-            ``patch_size`` real time points.
+            With ``incomplete="drop"``, for a series shorter than ``patch_size``.
 
         Examples
         --------
@@ -599,29 +452,21 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_timepoints, n_channels) or list of \
-(n_timepoints_i, n_channels) arrays
-            Series of any length, with the number of channels seen in
-            ``fit`` (layout ``data_format``); trailing all-NaN time points are
-            padding.
+        (n_timepoints_i, n_channels) arrays
+            Series of any length and the channels seen in ``fit``; trailing all-NaN
+            time points are padding.
 
         Returns
         -------
         X_out : ndarray of shape (n_samples, n_patches, patch_size * n_channels)
-            In the layout ``data_format`` ((n_samples, patch_size *
-            n_channels, n_patches) for ``"channels_first"``); a list of series
-            comes back padded.  In the default layout, ``X_out[i, m]`` is the
-            m-th patch of series i in time
-            order, ``X_out[i, m, k * n_channels + j]`` its k-th time point's
-            channel j; ``n_patches`` is the largest number of patches of a
-            series, the tokens after a series' last patch are all NaN.
-            Floating input keeps its dtype (float64, float32, float16); other
-            numbers become float64.
+            In the layout ``data_format``, lists padded: the patches in time order,
+            ``n_patches`` the most of any series, later tokens all NaN.  Float64,
+            float32 and float16 keep their dtype, other numbers become float64.
 
         Raises
         ------
         ValueError
-            With ``incomplete="drop"``, for a series of fewer than
-            ``patch_size`` real time points.
+            With ``incomplete="drop"``, for a series shorter than ``patch_size``.
 
         Examples
         --------
@@ -663,14 +508,12 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         Parameters
         ----------
         input_features : array-like of str or None
-            Names of the input's channels; default ``x0, ..., x{c-1}`` (as
-            :class:`PositionalEncoding` names them).
+            Names of the input's channels; default ``x0, ..., x{c-1}``.
 
         Returns
         -------
         names : ndarray of str objects, shape (patch_size * n_channels,)
-            One name per channel (last axis) of :meth:`transform`'s output,
-            in its order: ``t0_x0, t0_x1, ..., t1_x0, ...``.
+            One per output channel: ``t0_x0, t0_x1, ..., t1_x0, ...``.
 
         Examples
         --------

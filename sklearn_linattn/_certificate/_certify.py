@@ -34,6 +34,11 @@ def certify_identifiability(
 ):
     """Certify whether the inputs X identify every linear-attention model that fits them.
 
+    The certificate holds when ``Lambda_D``, the second-moment matrix of the
+    feature rows of the standardized tokens, has its smallest eigenvalue above
+    ``tol``; the verdict is the same for X, ``c * X`` and ``X @ A`` (A
+    invertible).  See the user guide's :doc:`/certificate` page.
+
     Parameters
     ----------
     X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
@@ -41,43 +46,31 @@ def certify_identifiability(
         inputs matter: the certificate never looks at targets.
     readout : {"last", "all"}, default="last"
         ``"last"``: one feature row per sequence (targets at the last token).
-        ``"all"``: one row per prefix (targets at every position, causal
-        training), as ``LinearAttentionRegressor(readout="all")`` uses.
+        ``"all"``: one row per prefix, as ``LinearAttentionRegressor(readout="all")``.
     token_dim : int or None, default=None
         Token dimension for 2-D X (each row is ``n_columns // token_dim``
         tokens); None reads 2-D X as univariate sequences.
     tol : float or None, default=None
-        Threshold on the eigenvalues of the standardized ``Lambda_D`` (same
-        units as ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.
-        None uses the package's rule (Notes).
+        Threshold on the eigenvalues of the standardized ``Lambda_D`` (units of
+        ``min_eigenvalue``): eigenvalues ``<= tol`` count as zero.  None uses
+        the package's rule (:ref:`certificate-tolerance`).
     sample_weight : array-like of shape (n_samples,) or None, default=None
-        Non-negative weight of each sequence, as in
-        ``LinearAttentionRegressor.fit``: ``Lambda_D = Phi^T W Phi / sum(w)``
-        over the rows of positive weight (a weight of zero drops a sequence).
+        Non-negative weight of each sequence: ``Lambda_D = Phi^T W Phi /
+        sum(w)`` over the rows of positive weight (a weight of zero drops a sequence).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
-        How the spectrum is computed, as in ``LinearAttentionRegressor``.
-        ``"cg"`` never forms the psi x psi matrix: lambda_max comes from
-        Lanczos, lambda_min is bracketed by preconditioned CG from a random
-        start and, if needed, LOBPCG (see ``min_eigenvalue_error``), and a
-        failed certificate then offers ``witness()`` but not ``covers()``.
-        ``"lsmr"`` (one-hot data) works on the active columns of the sparse
-        feature rows: the full spectrum when the smaller of their Gram matrix
-        and the row kernel fits in memory, else as ``"cg"`` (an inactive
-        column as null vector).
+        How the spectrum is computed, as in ``LinearAttentionRegressor``; a
+        failed "cg" certificate offers ``witness()`` but not ``covers()``
+        (:ref:`certificate-solvers`).
     data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X: (n_samples, n_tokens, d), or (n_samples, d, n_tokens) as
-        aeon and sktime store multivariate series.  The certificate's
-        ``covers``, ``error_bound`` and ``witness`` use the same layout.
+        Layout of X: (n_samples, n_tokens, d) or (n_samples, d, n_tokens).
+        The certificate's ``covers``, ``error_bound`` and ``witness`` use it too.
     fit_intercept, fit_skip : bool, default=False
-        Certify the class with an intercept and/or a skip term in the row's
-        token, as ``LinearAttentionRegressor(fit_intercept=..., fit_skip=...)``
-        fits it: the certificate then also needs the term columns to be
-        separable from attention (``term_min_eigenvalue``).
+        Certify the class with an intercept and/or a skip term, as
+        ``LinearAttentionRegressor`` fits it: the term columns must then be
+        separable from attention too (``term_min_eigenvalue``).
     decay : None, float or array-like of float, default=None
-        Fixed decays, as ``LinearAttentionRegressor(decay=...)``: the rows
-        are the features of every decay's block side by side, and the
-        certificate speaks about the model with those decays (one group of
-        heads per decay).
+        Fixed decays, as ``LinearAttentionRegressor(decay=...)``: the
+        certificate is about the model with one group of heads per decay.
 
     Returns
     -------
@@ -85,36 +78,10 @@ def certify_identifiability(
         Truthy if and only if every empirical risk minimizer computes the same
         function on every input of every length.
 
-    Notes
-    -----
-    With ``Phi`` the N feature rows H(Z_i) (the paper's Algorithm 2 features),
-    ``Lambda_D = (1/N) Phi^T Phi``.  If ``lambda_min(Lambda_D) > 0`` two
-    minimizers can only differ by a vector c with ``Phi c = 0``, i.e. c = 0,
-    so they compute the same function everywhere (Lemma A.3; with at least
-    d**2 heads no realizability is needed, Lemma A.6, since every coefficient
-    vector is then the coefficients of some MHLA).
-
-    Identifiability is unchanged by any invertible linear map of the tokens
-    (it maps the features by an invertible matrix), so ``Lambda_D`` is
-    computed for standardized tokens (see ``standardization``): each
-    coordinate scaled by an exact power of two, then whitened to unit second
-    moment, which keeps the Gram matrix representable and well scaled for
-    data of any magnitude and units.
-
-    **Tolerance rule** (the one the fit's pseudo-inverse uses): an eigenvalue
-    counts as zero when
-
-        lambda <= lambda_max * psi * max(eps64, eps_in**2)
-
-    with ``eps_in`` the machine epsilon of the input dtype.  ``psi * eps64 *
-    lambda_max`` is the rounding level of an eigen-decomposition of the
-    float64 Gram matrix; float32 (float16) input is itself rounded by
-    ``eps32`` (``eps16``) relative, which moves an exactly zero eigenvalue up
-    to about ``eps**2 * lambda_max``, so such data is only certified above
-    ``psi * eps**2 * lambda_max`` (about ``1.4e-14 * psi`` relative for
-    float32, ``9.5e-7 * psi`` for float16).  Integer and boolean input is
-    exact (the float64 rule).  The standardized spectrum is the same for X,
-    ``c * X`` and ``X @ A``, and so is the verdict.
+    Raises
+    ------
+    ValueError
+        If every sequence has zero sample weight, or a parameter is invalid.
 
     References
     ----------

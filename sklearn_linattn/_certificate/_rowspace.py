@@ -1,36 +1,7 @@
 """What a certificate knows of ``Lambda_D``, one class per way a solver computed it.
 
-``Lambda_D = G / W``, with ``G = Phi^T diag(w) Phi`` the Gram matrix of the
-standardized training feature rows and ``W = sum(w)`` the sum of their
-weights.  The fit's solver leaves one of four representations of it in its
-``SpectralSolution`` (``_solvers``):
-
-- :class:`EigenBasis`: all eigenvalues and the eigenvectors of the largest
-  ones, in all psi coordinates ("eigh", "svd", "dual");
-- :class:`ActiveEigenBasis`: the same in the coordinates of the columns that
-  some training row uses, the other columns being null directions ("lsmr"
-  on sparse rows);
-- :class:`CholeskyRowSpace`: a Cholesky factor of G, the eigenvalues computed
-  when first read ("cholesky", which hands rank-deficient designs to "eigh");
-- :class:`NullVectorRowSpace`: a single null direction, the eigenvector of
-  lambda_min or an unused column ("cg", "lsmr" beyond its memory budget, an
-  all-zero design).
-
-Each answers what the certificate asks, in the units of ``Lambda_D`` and at
-the certificate's threshold ``tol``:
-
-- ``identifiable``, ``rank``, ``rank_is_bound``, ``eigenvalues`` (or None),
-  the extreme eigenvalues, ``trace``, ``tol``;
-- ``quadratic(C)``: ``c^T Lambda_D c`` per row c of C, or None;
-- ``coverage(H)`` / ``sparse_coverage(Hs)``: per feature row h, whether it
-  lies in the training span (the coverage rule of ``covers``) and its
-  leverage ``h^T Lambda_D^+ h``;
-- ``witness_direction(h, h_norm)``: among candidate rows, the one that sticks
-  out of the span the most, and the unit null direction it sticks out along;
-- ``resolves_null_space``: whether null energies are known, without which a
-  failed certificate cannot answer ``coverage`` (``unavailable`` gives the
-  error).
-
+``Lambda_D = G / W`` (``G = Phi^T diag(w) Phi``, ``W = sum(w)``); every class
+answers in Lambda_D's units at the certificate's ``tol``.
 :func:`row_space_from_solution` picks the class.
 """
 
@@ -55,17 +26,8 @@ _TINY = np.finfo(np.float64).tiny
 class RowSpace:
     """The spectrum facts every representation has, the rank rule and the coverage rule.
 
-    Parameters
-    ----------
-    solution : SpectralSolution
-        What the solver computed about ``G = W Lambda_D``.
-    d : int
-        Token dimension (psi = d**2 (d + 1) / 2 features).
-    weight_sum : float
-        W, in the standardized weights' units.
-    tol : float or None
-        Threshold on the eigenvalues of ``Lambda_D``; None uses the solver's
-        ``solution.tol / W`` (the package's rule, in Lambda_D's units).
+    ``weight_sum`` is W in the standardized weights' units; ``tol=None`` uses
+    the solver's ``solution.tol / W``.
     """
 
     #: Whether null energies are known: a failed certificate answers
@@ -152,11 +114,7 @@ class RowSpace:
         raise NotImplementedError
 
     def witness_direction(self, h, h_norm):
-        """The candidate row of h (n, psi) farthest outside the span, and its null direction.
-
-        Returns the candidate's index, the unit null vector w along which it
-        leaves the span, and the size of its component along the null space.
-        """
+        """The row of h (n, psi) farthest outside the span: index, unit null direction, norm."""
         raise NotImplementedError
 
     def unavailable(self, what):
@@ -175,12 +133,7 @@ class RowSpace:
 
 
 class EigenBasis(RowSpace):
-    """Eigenvalues and orthonormal eigenvectors (psi, k >= rank) of Lambda_D.
-
-    Solvers "eigh", "svd" and "dual".  With k = psi the basis is complete and
-    a row's null energy is its energy in the trailing eigenvectors; with
-    fewer, it is what the projection on the row space leaves.
-    """
+    """Eigenvalues and orthonormal eigenvectors (psi, k >= rank) ("eigh", "svd", "dual")."""
 
     resolves_null_space = True
 
@@ -271,12 +224,7 @@ class EigenBasis(RowSpace):
 
 
 class ActiveEigenBasis(EigenBasis):
-    """:class:`EigenBasis` in the coordinates (m, k) of the m active columns ("lsmr").
-
-    Every training row is zero on the other columns, so they are null
-    directions: a row's null energy is its energy there plus what the
-    projection on the active row space leaves.
-    """
+    """:class:`EigenBasis` in the coordinates (m, k) of the m active columns ("lsmr")."""
 
     def __init__(self, solution, **kwargs):
         super().__init__(solution, **kwargs)
@@ -295,13 +243,7 @@ class ActiveEigenBasis(EigenBasis):
 
 
 class CholeskyRowSpace(RowSpace):
-    """Lower Cholesky factor L of ``G = W Lambda_D`` (solver "cholesky").
-
-    The solver hands a design over to "eigh" unless G is positive definite
-    well above tol, so there is no null space to resolve; the eigenvalues,
-    unless the solver computed them, are computed on first read (a dense
-    eigenvalue decomposition, O(psi^3)).
-    """
+    """Lower Cholesky factor L of ``G = W Lambda_D`` (solver "cholesky"); no null space."""
 
     def __init__(self, solution, **kwargs):
         super().__init__(solution, **kwargs)
@@ -334,12 +276,7 @@ class CholeskyRowSpace(RowSpace):
 
 
 class NullVectorRowSpace(RowSpace):
-    """One unit null direction and the extreme eigenvalues, no decomposition.
-
-    The eigenvector of lambda_min (solver "cg"), an inactive column ("lsmr"
-    when the Gram matrix of the active columns does not fit), or the first
-    coordinate of an all-zero design.
-    """
+    """One unit null direction and the extreme eigenvalues ("cg", "lsmr" beyond its budget)."""
 
     def __init__(self, solution, **kwargs):
         super().__init__(solution, **kwargs)
@@ -361,16 +298,7 @@ class NullVectorRowSpace(RowSpace):
 
 
 def row_space_from_solution(solution, stats, tol=None):
-    """The representation of Lambda_D that ``solution`` holds, at threshold ``tol``.
-
-    Parameters
-    ----------
-    solution : SpectralSolution
-    stats : SufficientStatistics
-        The statistics the solution came from (token dimension, weights).
-    tol : float or None
-        Threshold on the eigenvalues of ``Lambda_D``; None: the solver's.
-    """
+    """The representation of Lambda_D that ``solution`` holds, at ``tol`` (None: the solver's)."""
     # Statistics summed field by field by an older caller may lack the
     # weight totals; without weights they equal the row count.
     W = stats.weight_sum if stats.weight_sum > 0 else float(stats.n_rows)

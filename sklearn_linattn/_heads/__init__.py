@@ -1,10 +1,4 @@
-"""Attention heads: from coefficients, compressed, fitted directly, certified locally, chosen.
-
-``_compression`` (heads by SVD, compression to fewer heads), ``_bilinear``
-(the data of a few-head fit and the bilinear model on them), ``_direct``
-(heads fitted to the data directly), ``_local`` (the local certificate) and
-``_selection`` (the judge of a compression and the head stage of a fit).
-"""
+"""Attention heads: from coefficients, compressed, fitted directly, certified locally, chosen."""
 
 from ._compression import balance, block_heads, compress_heads, heads_from_coefficients
 from ._compression import joined_heads

@@ -1,12 +1,4 @@
-"""How many heads a fit returns: the judge of a compression, and the search over head counts.
-
-:func:`select_heads` is the head stage of every fit, in the standardized
-coordinates of its problem: the SVD heads of each feature block (one group
-per decay), compressed to ``n_heads`` (or, for ``"auto"``, to the fewest
-whose compression the :class:`CompressionJudge` finds not material), or, for
-an unidentified fit whose compression is material, heads fitted to the same
-standardized rows directly (:func:`~._direct.fit_standardized_heads`).
-"""
+"""How many heads a fit returns (:func:`select_heads`): the judge of a compression, the search."""
 
 import warnings
 from dataclasses import dataclass
@@ -33,36 +25,17 @@ DIRECT_FIT_WORK = 2e9
 class CompressionJudge:
     """Whether compressed heads fit the training data materially worse than the optimum.
 
-    The compression matches coefficients; what matters is the fit.  The
-    excess empirical risk of coefficients c over the unconstrained minimizer
-    c* is exactly ``(c - c*)^T Lambda_D (c - c*)``, and the minimizer's own
-    residual risk is ``R* = sum(y**2) / W - c*^T Lambda_D c*`` (both in the
-    standardized units; with intercept or skip terms, which the compression
-    keeps, the joint fit's residual ``residual_sq``).  On noisy data even the
-    right number of heads raises the training risk: the unconstrained fit
-    spends its p = rank * d_out degrees of freedom on the noise too, about
-    ``p / (N - p)`` of R* more than a smaller model containing the truth (N
-    feature rows), and the
-    compression minimises the coefficients' Euclidean distance, not this risk
-    (measured: up to 4 times that on Gaussian designs with the generator's
-    head count).  A compression is material when its excess risk exceeds
-    ``max(0.01, 6 p / (N - p))`` times R*, plus ``(1e-8)**2`` of the explained
-    energy ``c*^T Lambda_D c*``: worse than the data's own noise explains, or,
-    on exact data, a visible change of the function.
-
-    ``Lambda_D`` enters through the row space's quadratic form; a solver that
-    keeps none (``"cg"``) gives products with the Gram matrix instead, or, on
-    dask input, the moment ``Phi^T W Y`` (the explained energy ``c*^T b / W``)
-    and its extreme eigenvalues, which bound the excess: a compression is then
-    judged material unless its upper bound proves otherwise.
+    Material: an excess empirical risk ``(c - c*)^T Lambda_D (c - c*)`` above
+    ``max(0.01, 6 p / (N - p))`` times the optimum's residual risk plus a tiny
+    share of its explained energy (user guide: compression); without a quadratic
+    form of ``Lambda_D``, judged by an upper bound, so that nothing material passes.
 
     Parameters
     ----------
     coef : ndarray of shape (d_out, psi)
         The unconstrained standardized coefficients c*.
     spectrum : RowSpace
-        ``quadratic``, ``lambda_max``, ``lambda_min``, ``lambda_min_error``
-        and ``rank`` of ``Lambda_D``.
+        ``quadratic``, ``lambda_max``, ``lambda_min(_error)`` and ``rank`` of ``Lambda_D``.
     counts : RowCounts
         ``n_rows``, ``weight_sum`` and the targets' ``y_sq``.
     pair_weights : ndarray of shape (P,)
@@ -74,19 +47,11 @@ class CompressionJudge:
     moment : ndarray of shape (psi, d_out) or None
         ``Phi^T W Y`` of the real outputs.
     accuracy : float or None
-        Relative accuracy of c* when the solver is iterative (its stopping
-        tolerance times the square root of the condition number): c* itself
-        is then that far from the exact minimizer, and the "visible change"
-        allowance is at least its square times the explained energy.
+        Relative accuracy of an iterative solver's c*, which widens the "visible change" allowance.
     residual_sq : ndarray of shape (n_outputs,) or None
-        Weighted sums of squared residuals of the fit, when the targets'
-        energy less the explained one is not R*: with intercept or skip
-        terms, which explain part of the targets' energy (the compression
-        keeps them, so the excess is still the quadratic form above).
+        The fit's weighted squared residuals: R* when intercept or skip terms explain part of Y.
     precision : float
-        Relative precision of the targets (the standardizer's
-        ``target_precision``): a change of the function below a small
-        multiple of it is rounding of the data, not material.
+        Relative precision of the targets: a change below a small multiple of it is rounding.
     """
 
     _NOISE_FRACTION = 1e-2
@@ -146,9 +111,7 @@ class CompressionJudge:
     def tolerance(self):
         """A relative coefficient residual below which the compression cannot be material.
 
-        ``||c - c*||^2 lambda_max`` bounds the excess risk, and the folded
-        coefficients the compression matches are at least as large as the
-        standardized ones (pair weights >= 1).
+        ``lambda_max ||c - c*||^2`` bounds the excess risk, and the pair weights are >= 1.
         """
         top = self.spectrum.lambda_max
         norm2 = float(np.sum(self._folded(self.coef) ** 2))
@@ -195,13 +158,7 @@ class CompressionJudge:
             )
 
     def warn_if_kept_as_noise(self, excess, residual, n_heads):
-        """Warn when ``"auto"`` kept heads far from the fit only because the data are noisy.
-
-        The compression is then not material on the training data (its excess
-        risk is within the noise allowance), but its coefficients are more
-        than ``_STATED_RESIDUAL`` (relative) from the minimizer's, so the two
-        are different functions wherever the inputs leave the training data.
-        """
+        """Warn when ``"auto"`` kept heads far from the fit only as noise."""
         if (residual is None or not residual > self._STATED_RESIDUAL
                 or excess <= self.exact_relative**2 * self.explained):
             return
@@ -220,19 +177,10 @@ class CompressionJudge:
 
 @dataclass
 class HeadChoice:
-    """The heads a fit returns, in standardized coordinates.
+    """The heads a fit returns, in standardized coordinates, block by block (one group per decay).
 
-    Attributes
-    ----------
-    V, Q : ndarray
-        Every head, block by block (one group per decay).
-    head_decays : ndarray of shape (n_heads,) or None
-        The decay of every head (None: no decays).
-    compression_residual : float or None
-        Relative coefficient residual of the heads (None when ``n_heads`` did
-        not call for a compression).
-    local_certificate : LocalCertificate or None
-        Set when the heads were fitted to the rows directly.
+    ``head_decays`` is None without decays, ``compression_residual`` None when nothing was
+    compressed, ``local_certificate`` set when the heads were fitted to the rows directly.
     """
 
     V: np.ndarray
@@ -254,11 +202,7 @@ class _Heads:
 
 
 class _HeadGroups:
-    """The heads of each feature block (one group per decay; one group without decays).
-
-    ``groups[b]`` holds block b's heads ``(V, Q)``, from the SVD of its
-    folded coefficients until a compression replaces them.
-    """
+    """The heads of each feature block (one group per decay): the SVD's until compressed."""
 
     def __init__(self, folded, d, decays):
         self.d, self.decays = d, decays
@@ -302,34 +246,10 @@ def _relative_gap(V, Q, folded):
 
 
 def _fewest_heads(n_svd, heads, is_material, svd, log):
-    """The fewest heads whose compression is not material, by exponential search and bisection.
+    """The fewest heads whose compression is not material: counts 1, 2, 4, ..., then bisection.
 
-    Counts 1, 2, 4, ... below ``n_svd`` are tried until one is not material
-    (``n_svd``, the SVD's own heads ``svd``, when none is), then the gap to the
-    last material count is bisected.  Every count returned has been judged
-    not material (or is the SVD's), and every count tried below it was
-    material.  The best compression residual never grows with the count (an
-    extra zero head changes nothing), so the verdicts are monotone but for
-    searches that miss a global minimum.  Material counts are the costly
-    ones (every start runs); for an answer of k this tries the same ones as
-    a scan from 1 up to k = 4, and at most ``2 log2(k)`` of them beyond
-    instead of ``k - 1`` (at most 11 compressions in all for 64 SVD heads).
-
-    Parameters
-    ----------
-    n_svd : int
-        Number of SVD heads, at least 2.
-    heads : callable
-        ``heads(k)``: the :class:`_Heads` of k heads.
-    is_material : callable
-        ``is_material(excess)``: the judge's verdict.
-    svd : _Heads
-        The SVD's heads (``n_svd`` of them).
-    log : callable
-
-    Returns
-    -------
-    _Heads
+    ``heads(k)``: the :class:`_Heads` of k heads; ``svd``: the ``n_svd`` SVD heads (when every
+    smaller count is material).
     """
     tried = {n_svd: svd}
 
@@ -360,17 +280,7 @@ def _fewest_heads(n_svd, heads, is_material, svd, log):
 class _HeadSearch:
     """Heads of each block for a head count, judged on the fit of all the blocks together.
 
-    Parameters
-    ----------
-    groups : _HeadGroups
-    judge : CompressionJudge
-    rows : FeatureRows or None
-        Standardized rows to fit heads to directly when a compression is
-        material (None: never); rows of one block (the direct fit knows no
-        decays).
-    pair_weights, dtype
-        Of the rows, for the direct fit.
-    random_state, log
+    ``rows``: standardized rows of one block, for a direct fit when a compression is material.
     """
 
     def __init__(self, groups, judge, *, rows, pair_weights, dtype, random_state, log):
@@ -407,11 +317,7 @@ class _HeadSearch:
                 and fit_heads_work(*shape) <= DIRECT_FIT_WORK)
 
     def fewest(self, b, may_drop):
-        """Block b's fewest heads that are not material (``n_heads="auto"``).
-
-        ``may_drop``: the block's group may go whole (with decays, a block
-        the data leave at rounding level).
-        """
+        """Block b's fewest heads not material; ``may_drop``: its group may go whole."""
         groups, judge = self.groups, self.judge
         Vb, Qb = groups.groups[b]
         if may_drop:
@@ -432,34 +338,23 @@ class _HeadSearch:
 
 def select_heads(solution, row_space, counts, standardizer, *, n_heads, rows=None,
                  random_state=None, log=None):
-    """The heads of a fitted solution: the SVD's, compressed, or fitted to the rows directly.
+    """The :class:`HeadChoice` of a fitted solution: SVD heads, compressed, or fitted directly.
 
     Parameters
     ----------
     solution : SpectralSolution
-        The attention coefficients (``coef``, real outputs only), with what
-        the judge reads of the solve: ``gram_product``, ``moment``,
-        ``coef_accuracy`` and ``residual_sq`` where the solver set them.
-    row_space : RowSpace
-        The certificate's view of ``Lambda_D``.
-    counts : RowCounts
-        The rows' counts and targets' energy (the moment, for statistics).
-    standardizer : TokenStandardizer
-        The coordinates (pair weights and decays) of the coefficients.
+        The coefficients (``coef``, real outputs) and what the judge reads of
+        the solve: ``gram_product``, ``moment``, ``coef_accuracy``, ``residual_sq``.
+    row_space, counts, standardizer : RowSpace, RowCounts, TokenStandardizer
+        The judge's view of ``Lambda_D``, the rows' counts and targets' energy,
+        and the coordinates (pair weights and decays) of the coefficients.
     n_heads : int, "auto" or None
         At most this many heads (per decay); ``"auto"``: the fewest not
         material; None: the SVD's heads.
     rows : FeatureRows or None
-        Rows to fit heads to directly when a compression is material (None:
-        never).
-    random_state : None, int or RandomState
-        Seeds the compression's restarts and a direct fit.
-    log : callable or None
-        ``log(message)`` for ``verbose`` progress.
-
-    Returns
-    -------
-    HeadChoice
+        Rows to fit heads to directly when a compression is material (None: never).
+    random_state, log
+        Seeds the compression's restarts and a direct fit; ``log(message)`` for ``verbose``.
     """
     log = log if log is not None else (lambda message: None)
     st = standardizer
