@@ -11,7 +11,7 @@ from sklearn.utils import check_random_state
 
 from ._attention import attention_coefficients, mhla_forward
 from ._memory import sample_chunks, real_tokens
-from ._standardize import max_exponent
+from ._units import unit_scaled
 from ._validation import (
     check_data_format,
     check_heads,
@@ -497,7 +497,7 @@ class AdamLinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 )
             X, Y, lengths, w = X[keep], Y[keep], lengths[keep], w[keep]
             # Relative weights: an exact power of two keeps w * residual**2 finite.
-            w = np.ldexp(w, -int(max_exponent(w)))
+            w, _ = unit_scaled(w)
         readout = self.readout
         n_samples, _, d = X.shape
         d_out = Y.shape[-1]

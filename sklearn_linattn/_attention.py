@@ -1,16 +1,7 @@
 """Multi-head linear attention as a function: forward pass, generation, p(Theta), equivalence.
 
-Convention, with ``X[i]`` of shape (n_tokens, d) the paper's ``Z_i^T``:
-
-    y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)
-
-``V`` has shape (n_heads, d_out, d) and ``Q`` shape (n_heads, d, d).  The
-output is linear in the cubic features: ``y_a = <coef[a], H(X)>`` with
-``coef = attention_coefficients(V, Q)`` of shape (d_out, psi).
-
-With fixed per-head decays (retention), head h weighs the token k positions
-before the readout by ``gamma_h**k``: ``S = sum_t gamma_h**(n - 1 - t) x_t
-x_t^T``, the prefix recurrence ``S_t = gamma_h S_(t-1) + x_t x_t^T``.
+``y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)`` with ``V`` (n_heads, d_out, d) and ``Q``
+(n_heads, d, d); see the user guide's :doc:`/theory` page.
 """
 
 import numpy as np
@@ -24,13 +15,13 @@ from ._memory import (
     single_blas_thread,
     zero_padding,
 )
-from ._standardize import (
-    NO_EXPONENT,
+from ._units import (
     SAFE_EXPONENT,
     column_abs_max,
     exponent,
-    head_exponents,
+    forward_heads,
     pow2_scale,
+    restore_scale,
     scale_per_sample,
 )
 from ._validation import as_real_array, check_heads, check_lengths, check_readout, check_sequences
@@ -43,81 +34,33 @@ __all__ = [
     "same_function",
 ]
 
-def _scaled_heads(V, Q, e=None):
-    """Heads rescaled by powers of two, and the exponent that undoes it.
-
-    With ``e`` (one exponent per token coordinate) the heads are those of
-    tokens scaled by ``2**-e``: ``V[h, a, j] 2**e_j`` and ``Q[h, k, l]
-    2**(e_k + e_l)``.  ``V_h 2**-m, Q_h 2**m`` is the same head, so each head
-    is balanced (its largest V and Q entries get about the same exponent);
-    then one exponent for all of V and one for all of Q bring the largest
-    entries to [0.5, 1).  Every entry is scaled once, by one power of two
-    computed from the exponents alone, so nothing overflows on the way.  The
-    output of the rescaled heads times ``2**shift`` is the output of the given
-    ones; only scaling by powers of two is exact.
-    """
-    n_heads, d_out, d = V.shape
-    e = np.zeros(d, dtype=np.int64) if e is None else np.asarray(e, dtype=np.int64)
-    sv = np.broadcast_to(e[None, :], (d_out, d))
-    sq = e[:, None] + e[None, :]
-    eV, eQ = head_exponents(V, sv), head_exponents(Q, sq)
-    live = (eV != NO_EXPONENT) & (eQ != NO_EXPONENT)
-    eV, eQ = np.where(live, eV, 0), np.where(live, eQ, 0)
-    m = (eV - eQ) // 2
-    gV = int((eV - m)[live].max()) if live.any() else 0
-    gQ = int((eQ + m)[live].max()) if live.any() else 0
-    # A head with one zero factor is zero; heads far below the largest one may
-    # underflow here: their share of every output is then below 2**-1000 of
-    # the largest head's.
-    V = np.ldexp(V * live[:, None, None], sv[None] - (m + gV)[:, None, None])
-    Q = np.ldexp(Q * live[:, None, None], sq[None] + (m - gQ)[:, None, None])
-    return V, Q, gV + gQ
-
-
-def _restore_scale(y, exponents, start):
-    """``y * 2**exponents`` per sample; ValueError naming the sample on overflow."""
-    shape = (-1,) + (1,) * (y.ndim - 1)
-    with np.errstate(over="ignore"):
-        out = np.ldexp(y, exponents.reshape(shape))
-    overflow = np.isinf(out)
-    if overflow.any():
-        i = int(np.flatnonzero(overflow.reshape(len(out), -1).any(axis=1))[0])
-        # log2 |y| of the true output, from the rescaled value and its exponent.
-        log10 = (np.log2(np.nanmax(np.abs(y[i]))) + exponents[i]) * np.log10(2.0)
-        raise ValueError(
-            f"the outputs for X[{start + i}] exceed the float64 range: their largest "
-            f"magnitude is about 1e{log10:.0f}, above the largest float64 "
-            f"{np.finfo(np.float64).max:.3g}. Rescale X or the heads (the outputs are "
-            "cubic in X and linear in V and in Q)."
-        )
-    return out
-
-
 def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
     """Output of a one-layer multi-head linear attention.
+
+    ``y_r = sum_h V_h S_r^(h) Q_h x_r`` with ``S_r^(h) = sum_(t <= r)
+    decays[h]**(r - t) x_t x_t^T``, at the last real token or at every real
+    position.  Any output that float64 can represent is computed to rounding
+    accuracy, whatever the scale of X or of the heads (:ref:`theory-forward-pass`).
 
     Parameters
     ----------
     X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
-        Sequences.  Without ``lengths``, trailing all-NaN tokens are padding
-        (the package's padding rule).
+        Sequences; without ``lengths``, trailing all-NaN tokens are padding.
     V : array-like of shape (n_heads, d_out, d)
         Value matrices.
     Q : array-like of shape (n_heads, d, d)
         Fused key-query matrices.
-    lengths : array-like of int, shape (n_samples,), or None
-        Number of real tokens per sequence, for callers that keep lengths
-        next to a NaN-free array: tokens at positions ``>= lengths[i]`` are
-        then ignored whatever they hold.  None reads lengths from the NaN
-        padding.
+    lengths : array-like of int, shape (n_samples,), or None, default=None
+        Number of real tokens per sequence: tokens at positions ``>=
+        lengths[i]`` are ignored whatever they hold.  None reads the lengths
+        from the NaN padding.
     readout : {"last", "all"}, default="last"
         ``"last"``: the output at the last real token.  ``"all"``: the causal
         output at every position.
     decays : None, float or array-like of shape (n_heads,), default=None
-        Fixed decay of each head, each in (0, 1] (retention, as in RetNet):
-        head h weighs the token k positions before the output's position by
-        ``decays[h]**k``.  A float is the decay of every head; None (or 1) is
-        no decay.  Padded positions are not steps.
+        Fixed decay of each head in (0, 1] (retention): head h weighs the token
+        k positions back by ``decays[h]**k``, padding not counted.  A float is
+        every head's decay; None (or 1) is no decay.
 
     Returns
     -------
@@ -133,32 +76,6 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
         float64 range (the message names the sample).
     TypeError
         When V, Q or ``decays`` does not hold numbers.
-
-    Notes
-    -----
-    The output at position r (the last real token for ``"last"``, every real
-    position for ``"all"``) is::
-
-        y_r = sum_h V_h S_r^(h) Q_h x_r,   S_r^(h) = sum_(t <= r) gamma_h**(r - t) x_t x_t^T,
-
-    that is ``S_r = gamma_h S_(r-1) + x_r x_r^T``, with ``gamma_h = decays[h]``
-    (1 without decays).  Decays only shrink terms, and the exact rescaling
-    described next holds with them.  A weight ``gamma_h**k`` below the normal float64
-    range (2**-1022 of the weight 1 of the output's own token) keeps fewer
-    digits, and one below 2**-1074 is zero (e.g. ``gamma_h = 0.5`` more than
-    1074 tokens back): the far past then counts as nothing.
-
-    The result does not depend on the units: each sequence is rescaled by the
-    power of two that brings its largest entry to [0.5, 1) (``y(2**e X) =
-    2**(3e) y(X)`` holds exactly), each head is balanced by a power of two
-    (``V_h 2**-m, Q_h 2**m`` is the same head) and the exponents are put back
-    at the end (sequences whose largest entry lies within 2**+-200 need no
-    rescaling and are used as they are).  So any output that float64 can
-    represent is computed to rounding accuracy relative to the size of its
-    terms, whatever the scale of X (1e-100 or 1e100) or of the heads.  With
-    ``readout="all"`` the rescaling is per sequence, so positions whose
-    outputs are below about 2**-1000 times the largest output of their
-    sequence may underflow to zero.
 
     Examples
     --------
@@ -199,10 +116,10 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
     n_samples, n_tokens, d = X.shape
     n_heads, d_out = V.shape[:2]
     # Exact power-of-two rescaling: y(2**e X) = 2**(3e) y(X), and heads
-    # rescaled by _scaled_heads, so that no product over- or underflows on
+    # rescaled (forward_heads), so that no product over- or underflows on
     # the way to an output that float64 can hold.
     V_given, Q_given = V, Q
-    V, Q, head_shift = _scaled_heads(V, Q)
+    V, Q, head_shift = forward_heads(V, Q)
     if readout == "last":
         out = np.empty((n_samples, d_out))
         per_sample = n_tokens * (d + n_heads)
@@ -220,13 +137,14 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
             # power of two, the heads in those units (one scale for the
             # sequence could not keep every product inside float64).
             Xc = pow2_scale(np.asarray(Xc, dtype=np.float64), -units)
-            Vc, Qc, shift = _scaled_heads(V_given, Q_given, units)
+            Vc, Qc, shift = forward_heads(V_given, Q_given, units[None, :],
+                                          units[:, None] + units[None, :])
         Xc, e = scale_per_sample(Xc, safe=SAFE_EXPONENT)
         if readout == "last":
             y = _forward_last(Xc, Vc, Qc, lengths[sl], decays)
         else:
             y = _forward_all(Xc, Vc, Qc, lengths[sl], decays)
-        out[sl] = _restore_scale(y, 3 * e + shift, sl.start)
+        out[sl] = restore_scale(y, 3 * e + shift, sl.start)
     return out
 
 
@@ -239,8 +157,7 @@ def _decay_groups(decays):
 def _decay_weights(decays, lags):
     """``decays**lags`` for lags >= 0 and 0 for negative lags, shape ``decays.shape + lags.shape``.
 
-    Negative lags (padding after the readout, or later tokens) are clipped
-    before the power: ``gamma**-k`` could overflow, and inf * 0 is NaN.
+    Negative lags are clipped before the power: ``gamma**-k`` could overflow, and inf * 0 is NaN.
     """
     decays = np.asarray(decays, dtype=np.float64)
     shape = decays.shape + (1,) * lags.ndim
@@ -338,13 +255,10 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
                   skip_coef=None, decays=None):
     """Run a linear-attention model autoregressively for ``n_steps`` tokens.
 
-    At each step the output at the last token, ``y = sum_h V_h S^(h) Q_h
-    x_last`` with ``S^(h) = sum_t gamma_h**(n - 1 - t) x_t x_t^T`` (n tokens
-    so far; ``gamma_h = 1`` without decays), is (optionally) rounded to a
-    token and appended to the sequence; every sequence of the batch grows at
-    its own end.  The running second moments are updated by one outer
-    product per step, ``S <- gamma S + x x^T`` (one per distinct decay), so a
-    step costs O(n_heads d^2) per sequence whatever the length.
+    At each step the output at the last token (that of :func:`mhla_forward`,
+    plus the optional intercept and skip terms) is optionally rounded to a
+    token and appended; every sequence grows at its own end.  A step costs
+    O(n_heads d^2) per sequence whatever the length (:ref:`theory-generation`).
 
     Parameters
     ----------
@@ -357,25 +271,19 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
     n_steps : int
         Number of tokens to append (0 returns the prompts).
     rounding : None, callable or array-like of shape (n_vocab, d), default=None
-        None appends the raw outputs.  An embedding table appends, for each
-        output, the nearest of its rows in Euclidean distance (the paper's
-        Def. G.2; ties go to the first row).  A callable receives the outputs
-        as an array (m, d) and returns the tokens to append, same shape (e.g.
-        ``CompiledProgram.round`` from :mod:`sklearn_linattn.programs`).
-    lengths : array-like of int, shape (n_samples,), or None
+        None appends the raw outputs.  An embedding table appends the nearest
+        of its rows (Euclidean; ties go to the first row).  A callable maps the
+        outputs (m, d) to the tokens to append, same shape.
+    lengths : array-like of int, shape (n_samples,), or None, default=None
         Number of real tokens per prompt when X has no NaN padding; None reads
         them from the padding.
     intercept : array-like of shape (d,) or None, default=None
-        A constant added to every output (``LinearAttentionRegressor``'s
-        ``intercept_``).
+        A constant added to every output (as ``intercept_``).
     skip_coef : array-like of shape (d, d) or None, default=None
-        A linear term in the last token added to every output,
-        ``skip_coef @ x_last`` (``skip_coef_``: the residual path).
+        ``skip_coef @ x_last`` is added to every output (as ``skip_coef_``).
     decays : None, float or array-like of shape (n_heads,), default=None
-        Fixed decay of each head, each in (0, 1], as in :func:`mhla_forward`:
-        each step's output is ``mhla_forward(sequence, V, Q, decays=decays)``
-        of the sequence so far.  A float is the decay of every head; None (or
-        1) is no decay.
+        Fixed decay of each head in (0, 1], as in :func:`mhla_forward`; a
+        float is every head's decay, None (or 1) is no decay.
 
     Returns
     -------
@@ -386,11 +294,9 @@ def mhla_generate(X, V, Q, n_steps, *, rounding=None, lengths=None, intercept=No
     Raises
     ------
     ValueError
-        When V or Q is not finite or complex; when ``decays`` has the wrong
-        shape or a value outside (0, 1]; when the output would not fit
-        in the memory budget (half the physical memory; the message says how
-        many steps fit); when a generated value exceeds the float64 range (the
-        message names the step and the prompt).
+        When V or Q is not finite or complex; when ``decays`` is invalid; when
+        the output would not fit in the memory budget (half the physical
+        memory); when a generated value exceeds the float64 range.
     TypeError
         When V, Q or ``decays`` does not hold numbers.
 
@@ -543,26 +449,9 @@ def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_,
 
 
 def decay_blocks(*head_decays):
-    """The distinct decays of one or more models, in order of first appearance.
+    """The distinct decays of models' checked per-head decays, in order of first appearance.
 
-    Parameters
-    ----------
-    *head_decays : ndarray of shape (n_heads,) or None
-        Each model's checked per-head decays; None is a model without decays,
-        whose heads all have decay 1.
-
-    Returns
-    -------
-    blocks : tuple of float
-        Each distinct decay once, as it first appears (the models in the
-        order given, each head by head); empty when no model has a head.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._attention import decay_blocks
-    >>> decay_blocks(np.array([0.5, 1.0, 0.5]), None, np.array([0.9]))
-    (0.5, 1.0, 0.9)
+    A tuple of float; None is a model without decays (decay 1); empty when no model has a head.
     """
     return tuple(dict.fromkeys(
         g for decays in head_decays for g in ((1.0,) if decays is None else map(float, decays))))
@@ -571,13 +460,10 @@ def decay_blocks(*head_decays):
 def attention_coefficients(V, Q, *, decays=None, blocks=None):
     """The coefficient map p(Theta): folded coefficients of an MHLA.
 
-    ``mhla_forward(X, V, Q)[:, a] == attention_features(X) @ coef[a]`` for every
-    X.  With per-head ``decays`` the coefficients come in blocks, one block
-    of psi per decay of ``blocks``, in the layout of the feature map with
-    those decays: ``mhla_forward(X, V, Q, decays=decays)[:, a] ==
-    attention_features(X, lengths, blocks) @ coef[a]`` for every X (and the
-    same with ``readout="all"`` and ``prefix_features`` at the real
-    positions).
+    For every input, output ``a`` of the heads is the inner product of
+    ``coef[a]`` with the cubic features of the input (:doc:`/theory`); with
+    decays, in blocks of psi, one per decay of ``blocks``, as the features of
+    ``LinearAttentionRegressor(decay=blocks)``.
 
     Parameters
     ----------
@@ -586,32 +472,26 @@ def attention_coefficients(V, Q, *, decays=None, blocks=None):
     Q : array-like of shape (n_heads, d, d)
         Key-query matrices; real and finite.
     decays : None, float or array-like of shape (n_heads,), default=None
-        Fixed decay of each head, each in (0, 1], as in
-        :func:`mhla_forward`; a float is every head's decay.  None is no
-        decay: every head has decay 1.
+        Fixed decay of each head in (0, 1], as in :func:`mhla_forward`; a
+        float is every head's decay, None is no decay (decay 1).
     blocks : None, float or array-like of float, default=None
-        The decays of the coefficient blocks, distinct, in the order of the
-        blocks (as ``LinearAttentionRegressor(decay=blocks)`` orders
-        ``coef_``).  Every head's decay must be among them; a block that no
-        head has is zero.  None: without ``decays`` one block of psi (the
-        layout of a model without decays), with ``decays`` the distinct
-        decays of the heads in order of first appearance.
+        Distinct decays of the blocks, in order; every head's decay must be
+        among them, and a block no head has is zero.  None: one block without
+        ``decays``, else the heads' distinct decays in order of first appearance.
 
     Returns
     -------
     coef : ndarray of shape (d_out, psi) or (d_out, len(blocks) * psi)
-        ``psi = d * d * (d + 1) // 2``; block b, the sum of the coefficients
-        of the heads of decay ``blocks[b]``, at columns ``b * psi`` to
-        ``(b + 1) * psi``.
+        ``psi = d * d * (d + 1) // 2``; block b (columns ``b * psi`` on) is the
+        sum of the coefficients of the heads of decay ``blocks[b]``.
 
     Raises
     ------
     ValueError
         When V or Q has the wrong shape, is complex or not finite; when
-        ``decays`` has the wrong shape or a value outside (0, 1]; when
-        ``blocks`` is empty, repeats a decay or has one outside (0, 1]; when
-        a head's decay is not among ``blocks`` (or no head gives a block);
-        when the coefficients exceed the float64 range.
+        ``decays`` or ``blocks`` is invalid (``blocks`` empty, repeated or
+        outside (0, 1]), or a head's decay is not among ``blocks``; when the
+        coefficients exceed the float64 range.
     TypeError
         When V, Q, ``decays`` or ``blocks`` does not hold numbers.
 
@@ -682,8 +562,8 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0, decays_a=None, dec
 
     Two MHLAs are the same function iff their coefficients p(Theta) are equal
     (the paper's Corollary A.4); the head counts need not match.  With fixed
-    decays the coefficients are compared in one block layout, one block per
-    decay of either model.
+    decays the coefficients are compared block by block, one block per decay
+    of either model (:ref:`theory-decays`).
 
     Parameters
     ----------
@@ -702,9 +582,7 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0, decays_a=None, dec
     -------
     bool
         True iff the coefficients p(Theta) of the two models agree within
-        the tolerance, i.e. their outputs agree on every input.  With
-        decays, in the layout ``attention_coefficients(V, Q, decays=...,
-        blocks=...)`` with ``blocks`` the distinct decays of both models.
+        the tolerance, i.e. their outputs agree on every input.
 
     Raises
     ------
@@ -718,23 +596,6 @@ def same_function(V_a, Q_a, V_b, Q_b, *, rtol=1e-9, atol=0.0, decays_a=None, dec
     See Also
     --------
     attention_coefficients : The coefficients compared.
-
-    Notes
-    -----
-    With decays the output is ``sum_b <coef_b, H_(gamma_b)(X)>``, one block
-    of features per distinct decay ``gamma_b``.  Distinct decays give
-    linearly independent functions of the input: on a sequence whose tokens
-    are zero but for ``x`` at ``l`` steps before the last token ``z``, block
-    b contributes ``gamma_b**l f_b(x, z)`` besides a part that does not depend
-    on ``l`` (``f_b`` the cubic form of ``coef_b``), and the matrix
-    ``gamma_b**l`` for ``l = 1, ..., K`` (K distinct decays) is an invertible
-    Vandermonde matrix times a diagonal one.  So two decayed models agree on
-    every input iff every block of their coefficients agrees: heads of equal
-    decays may be regrouped freely, but moving a head to another decay changes
-    the function.  Sequences of up to K + 1 tokens already tell any two
-    apart; on shorter ones alone (a single token, say) different blocks can
-    compute the same outputs.  Decays are compared exactly: two decays that
-    differ by rounding are two blocks.
 
     Examples
     --------

@@ -7,7 +7,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._attention import mhla_forward, mhla_generate
 from ._memory import real_tokens
-from ._standardize import SAFE_EXPONENT, scale_per_sample
+from ._units import SAFE_EXPONENT, scale_per_sample
 from ._validation import (
     check_data_format,
     check_sample_weight,

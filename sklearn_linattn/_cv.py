@@ -53,7 +53,7 @@ from ._params import FitParams, check_decays
 from ._problem import StandardizedProblem, keep_rows
 from ._solvers import REGISTRY, SOLVERS, STATISTICS_SOLVERS, choose_solver
 from ._source import ArraySource, user_stacklevel
-from ._standardize import score_tie
+from ._units import EPS64, score_tie
 from ._terms import LinearTerms, eliminate
 from .exceptions import GridEdgeWarning
 
@@ -64,7 +64,6 @@ DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
-_EPS = float(np.finfo(np.float64).eps)
 
 
 def _no_partial_fit(estimator):
@@ -264,26 +263,21 @@ def _held_out_errors(test, coefs, betas, cols):
     return np.maximum(constant - 2.0 * cross + quadratic, 0.0)
 
 
-def _split_scores(sse, test, scoring, y_exponents):
+def _split_scores(sse, test, scoring, standardizer):
     """Scores (n_alphas,) of one split from its held-out squared errors."""
     W = test.weight_sum
     d_out = sse.shape[1]
     if scoring == "r2":
         yy = np.diagonal(test.y_cross)[:d_out]
         total = yy - test.y_sum[:d_out] ** 2 / W
-        constant = total <= 16 * _EPS * test.n_rows * yy
+        constant = total <= 16 * EPS64 * test.n_rows * yy
         with np.errstate(divide="ignore", invalid="ignore"):
-            r2 = np.where(constant, np.where(sse <= 16 * _EPS * test.n_rows * yy, 1.0, 0.0),
+            r2 = np.where(constant, np.where(sse <= 16 * EPS64 * test.n_rows * yy, 1.0, 0.0),
                           1.0 - sse / np.where(constant, 1.0, total))
         if test.n_rows < 2:  # scikit-learn's r2_score is not defined on one sample
             return np.full(sse.shape[0], np.nan)
         return r2.mean(axis=1)
-    with np.errstate(over="ignore"):
-        mse = np.ldexp(sse / W, 2 * y_exponents[None, :d_out])
-    if not np.all(np.isfinite(mse)):
-        raise ValueError(
-            "the held-out mean squared errors overflow float64 in the units of y; rescale y.")
-    return -mse.mean(axis=1)
+    return -standardizer.squared_errors_to_user(sse / W).mean(axis=1)
 
 
 def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh",
@@ -329,9 +323,6 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
         stats = [_Projected(part, basis) for part in stats]
     else:
         stats = [_Whole(part) for part in stats]
-    st = problem.standardizer
-    y_exponents = (np.zeros(d_out, dtype=np.int64) if st.y_exponents is None
-                   else st.y_exponents)
     scores = np.empty((len(candidates), alphas.size, len(parts)))
     for k, (train_groups, test_groups) in enumerate(parts):
         train, test = _summed(stats, train_groups), _summed(stats, test_groups)
@@ -344,7 +335,7 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
         for j, (t, cols) in enumerate(zip(candidates, columns)):
             coefs, betas = _split_coefficients(solved, b, train.y_cross, cols, d_out, t.n_terms)
             sse = _held_out_errors(test, coefs, betas, cols)
-            scores[j, :, k] = _split_scores(sse, test, scoring, y_exponents)
+            scores[j, :, k] = _split_scores(sse, test, scoring, problem.standardizer)
     return scores.reshape(-1, len(parts))
 
 
@@ -436,121 +427,83 @@ def _candidate_problem(problem, union, candidate):
 class LinearAttentionRegressorCV(LinearAttentionRegressor):
     """Linear attention with its ridge penalty chosen by cross-validation over sequences.
 
-    The same model as :class:`LinearAttentionRegressor`, for the ``alpha`` of
-    ``alphas`` with the best cross-validated score, in the manner of
-    scikit-learn's :class:`~sklearn.linear_model.RidgeCV`.  The search costs
-    about one plain fit, not one per candidate and fold: the data are read
-    once, the sufficient statistics of every fold gathered in that pass,
-    and each alpha of each split scored from them exactly (see Notes).  The
-    model is then refitted on all the data at ``alpha_`` from the same
-    statistics, and is ``LinearAttentionRegressor(alpha=alpha_, ...).fit(X,
-    y)`` to rounding: predictions, ``coef_``, heads, ``certificate_``.
+    The same model as :class:`LinearAttentionRegressor`, refitted at the
+    ``alpha`` of ``alphas`` (and the candidate decays and terms) with the best
+    cross-validated score, as scikit-learn's
+    :class:`~sklearn.linear_model.RidgeCV`.  The search costs about one plain
+    fit: the data are read once, the sufficient statistics of every fold
+    gathered in that pass, and every candidate of every split scored from
+    them exactly.  The refit is ``LinearAttentionRegressor(alpha=alpha_,
+    ...).fit(X, y)`` to rounding.  The user guide's scoring page ("Choosing
+    alpha by cross-validation") gives the scores, coordinates and cost.
 
     Parameters
     ----------
     alphas : array-like of shape (n_alphas,) or float, \
 default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
-        Candidate unit-free penalties (the ``alpha`` of
-        :class:`LinearAttentionRegressor`), non-negative; 0 (the exact
-        least squares, of minimum norm when the data do not determine it) is
-        allowed.  A choice at the grid's edge (the largest alpha, or the
-        smallest above 0 when 0 is not among them) issues a
+        Candidate unit-free penalties, non-negative (0: the exact least
+        squares).  A choice at the grid's edge issues a
         :class:`~sklearn_linattn.exceptions.GridEdgeWarning`.
     cv : int, cross-validation splitter or iterable, default=5
-        How the *sequences* are split (folds never divide a sequence's
-        positions): an int k is k-fold over the sequences in their order
-        (:class:`~sklearn.model_selection.KFold`, not shuffled, as
-        :func:`~sklearn.model_selection.check_cv` reads it; pass
-        ``KFold(k, shuffle=True, random_state=...)`` for shuffled folds); a
-        splitter (``groups`` are passed to its ``split``) or an iterable of
-        ``(train, test)`` arrays of sequence indices.  Splits whose train parts
-        are not the complements of their test parts (``TimeSeriesSplit``) are
-        exact too.
+        How the *sequences* are split (never a sequence's positions): an int
+        k is ``KFold(k)`` over the sequences in order; a splitter (``groups``
+        go to its ``split``) or an iterable of ``(train, test)`` indices,
+        ``TimeSeriesSplit`` included.
     readout : {"last", "all"}, default="last"
         As in :class:`LinearAttentionRegressor`; with ``"all"`` every real
         position of a held-out sequence is a scored sample.
-    fit_intercept : bool or "auto", default=False
-        A constant term, unpenalized, as in :class:`LinearAttentionRegressor`;
-        each split's fit includes it.  ``"auto"``: every alpha is scored
-        with and without it on the same splits, and the term is kept
-        (``fit_intercept_``) only when its best score is better by more than
-        1e-10 times the null model's (the targets' variance; 1e-10 for
-        ``"r2"``), so that the term never makes the chosen model score worse
-        than the search without it, and rounding never decides.
-    fit_skip : bool or "auto", default=False
-        A linear term in the row's token, unpenalized, as in
-        :class:`LinearAttentionRegressor`; each split's fit includes it.
-        ``"auto"``: chosen with and without as ``fit_intercept``
-        (``fit_skip_``).  Unpenalized, the term can make a search prefer a
-        large penalty that removes the attention's share of the fit: on data
-        where attention alone predicts better, ``"auto"`` keeps that.
+    fit_intercept, fit_skip : bool or "auto", default=False
+        The terms of :class:`LinearAttentionRegressor`.  ``"auto"`` scores
+        every alpha with and without the term on the same splits and keeps it
+        (``fit_intercept_``, ``fit_skip_``) only when it scores better by more
+        than the tie of ``alpha_``.
     n_heads : int, "auto" or None, default=None
-        Heads of the refitted model (as in :class:`LinearAttentionRegressor`);
-        the scores are those of the unconstrained least squares.
+        Heads of the refitted model; the scores are those of the
+        unconstrained least squares.
     decays : list, default=(None,)
         Candidate decays, each as the ``decay`` of
-        :class:`LinearAttentionRegressor`: None (no decay), a float, or a
-        tuple of floats (one block of features per decay, fitted jointly).
-        ``[None, 0.9, (1.0, 0.5)]`` compares three models; a single float
-        ``0.9`` is not a list of candidates (write ``[0.9]``).  Every pair of
-        candidate decay and alpha is scored, all from one pass: the
-        statistics of the union of the candidates' blocks are gathered once,
-        and each candidate's are a part of them.
+        :class:`LinearAttentionRegressor` (None, a float or a tuple):
+        ``[None, 0.9, (1.0, 0.5)]`` compares three models (write ``[0.9]``
+        for one).
     solver : {"auto", "eigh", "cholesky"}, default="auto"
-        The solver of the refit (``"auto"``: ``"eigh"`` for psi <= 64, else
-        ``"cholesky"``; with far fewer rows than features and one candidate
-        decay, ``"dual"`` as a plain fit would take, its N x N kernel giving
-        the row space the splits are solved on).  The search needs the psi x
-        psi statistics of every fold, so the solvers on the rows (``"svd"``,
-        ``"dual"``, ``"cg"``, ``"lsmr"``) cannot be asked for; each split is
-        solved by the same rule of zero eigenvalues.
+        The solver of the search and the refit; the search needs psi x psi
+        statistics per fold, so the solvers on the rows cannot be asked for
+        (``"auto"`` takes ``"dual"``'s row space for far fewer rows than
+        features).
     scoring : {None, "neg_mean_squared_error", "r2"}, default=None
-        None and ``"neg_mean_squared_error"``: minus the mean squared error
-        over the held-out rows (weighted by ``sample_weight``, averaged over
-        outputs, in the units of y), greater being better as in scikit-learn's
-        searches; ``"r2"``: R^2 averaged over outputs.  Other scorers need the
-        prediction of every held-out row, which statistics do not keep: use
-        :class:`~sklearn.model_selection.GridSearchCV` with
-        :func:`~sklearn_linattn.metrics.sequence_scorer` for them.
+        Minus the weighted mean squared error over the held-out rows (in the
+        units of y), or R^2, averaged over outputs.  Other scorers need every
+        held-out prediction: use :class:`~sklearn.model_selection.GridSearchCV`
+        with :func:`~sklearn_linattn.metrics.sequence_scorer`.
     token_dim : int or None, default=None
-        Token dimension for 2-D X, as in :class:`LinearAttentionRegressor`.
+        As in :class:`LinearAttentionRegressor`.
     data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X, as in :class:`LinearAttentionRegressor`.
+        As in :class:`LinearAttentionRegressor`.
     random_state : int, RandomState instance or None, default=None
-        Seeds the head compression of the refit (``n_heads``).
+        Seeds the head compression of the refit.
     verbose : int, default=0
         Print the time of each stage (the pass, the search, the refit).
-    tol : float, default=1e-8
-        As in :class:`LinearAttentionRegressor`: only ``solver="cg"`` reads
-        it, which the search does not use (kept so that the parameters are
-        those of the plain estimator).
-    max_iter : int or None, default=None
-        As ``tol``.
+    tol, max_iter : float and int or None, default=1e-8 and None
+        As in :class:`LinearAttentionRegressor` (only ``"cg"`` reads them,
+        which the search does not use).
 
     Attributes
     ----------
     alpha_ : float
         The chosen penalty: the first candidate (decays, then sets of terms,
         fewer first, then ``alphas`` in order) whose mean test score is within
-        1e-10 times the null model's score of the best, so that the units of
-        the data never decide the choice.
-    decay_ : None, tuple of float
-        The chosen candidate of ``decays`` (as :class:`LinearAttentionRegressor` reads ``decay``:
-        None or a tuple), the model's decays (``head_decays_``).
+        1e-10 times the null model's score (the targets' variance) of the
+        best, so that rounding never decides.
+    decay_ : None or tuple of float
+        The chosen candidate of ``decays``.
     fit_intercept_, fit_skip_ : bool
-        The chosen terms: the parameter itself, or with ``"auto"`` the
-        better of with and without.
+        The chosen terms.
     best_score_ : float
         Its mean test score.
     best_index_ : int
-        Its index in ``cv_results_``: candidate decays in the order of
-        ``decays``, for each the sets of terms (without before with, the
-        intercept's choice outermost), for each every alpha in the order of
-        ``alphas``.
+        Its index in ``cv_results_`` (decays, then sets of terms, then alphas).
     cv_results_ : dict of ndarray
-        As in :class:`~sklearn.model_selection.GridSearchCV`: ``"param_alpha"``,
-        (with more candidates than ``decays=(None,)``) ``"param_decay"``,
-        (with ``"auto"``) ``"param_fit_intercept"`` and ``"param_fit_skip"``,
+        As in :class:`~sklearn.model_selection.GridSearchCV`: ``"param_*"``,
         ``"params"``, ``"split{k}_test_score"``, ``"mean_test_score"``,
         ``"std_test_score"`` and ``"rank_test_score"``.
     n_splits_ : int
@@ -565,44 +518,6 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
     --------
     LinearAttentionRegressor : the fit at one alpha.
     sklearn.linear_model.RidgeCV : the same search for linear models.
-
-    Notes
-    -----
-    **Exact scores from statistics.**  Each split's training statistics are
-    the sum of those of its training sequences; its coefficients solve the
-    normal equations ``(G + alpha tr(G) / psi I) c = Phi^T W y`` of that part
-    (the penalty's trace that of the part's own Gram matrix, as a fit on it
-    would use; the linear terms unpenalized and eliminated exactly), and its
-    held-out error is ``(y^T W y - 2 c^T b + c^T G c) / W`` of the held-out
-    statistics.  At ``alpha = 0`` the coefficients are those of minimum norm
-    when the training part does not determine them, as a plain fit gives.
-    The errors are sums of large terms: held-out errors below about ``eps``
-    times the targets' energy are rounding (clipped at 0, so that an exact
-    fit scores 0).
-
-    **Coordinates.**  Every split is solved in the standardized coordinates
-    of all the training data (computed from X and the weights, never from y),
-    the coordinates of the refit.  A plain fit on a split's training
-    sequences alone would standardize them on their own: at ``alpha > 0`` its
-    penalty, and on a rank-deficient design its minimum-norm choice, may then
-    differ slightly from the split's here (the predictions of an identified
-    unpenalized fit do not depend on the coordinates).
-
-    **Terms.**  With ``fit_intercept="auto"`` or ``fit_skip="auto"`` the
-    term columns are extra targets of each split's normal equations, solved
-    once; each candidate set of terms is then eliminated from its own
-    columns of those solves, so the candidates are scored on the same
-    splits at little more than the cost of one.
-
-    **Cost.**  One pass over the data, as a plain fit (the statistics of the
-    k folds instead of one set), then per split one Cholesky factorization
-    per alpha or one eigen-decomposition, on the row space of all the data
-    when it is smaller than psi.  Memory: psi x psi statistics per fold.
-    Not for dask input, nor for data whose psi x psi statistics do not fit
-    in memory (``solver="cg"``).  With far fewer rows than features
-    (``solver="dual"``) the row space comes from the N x N kernel of the
-    rows instead of a psi x psi eigen-decomposition; each group's statistics
-    are projected on it once, and the splits solve at the rank's size.
 
     Examples
     --------

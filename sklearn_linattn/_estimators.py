@@ -20,11 +20,10 @@ from ._solvers import (
     REGISTRY,
     SOLVERS,
     STATISTICS_SOLVERS,
-    SufficientStatistics,
     choose_solver,
     solver_memory,
 )
-from ._standardize import SAFE_EXPONENT, TokenStandardizer, scale_per_sample
+from ._units import SAFE_EXPONENT, TokenStandardizer, scale_per_sample
 from ._params import FitParams, check_decays
 from ._terms import LinearTerms
 
@@ -37,255 +36,103 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     The output ``y = sum_h V_h sum_t x_t (x_t^T Q_h x_last)`` is linear in
     the cubic features of :class:`LinearAttentionFeatures`, so the best MHLA
     over *any* number of heads is a (ridge) least-squares problem with a
-    global optimum.  Its solution is converted back into attention heads by
-    an SVD, and optionally compressed to ``n_heads`` heads computing the same
-    function.
+    global optimum, converted back into attention heads by an SVD and
+    optionally compressed to fewer heads computing the same function.  Fits,
+    verdicts and predictions do not depend on the units of the data (the user
+    guide's theory page, "Standardized coordinates").
 
     Parameters
     ----------
     readout : {"last", "all"}, default="last"
-        ``"last"``: one target per sequence, the output at its last token.
-        ``"all"``: a target at every position (causal attention over each
-        prefix), as in autoregressive training.
+        One target per sequence (its last token), or one at every position
+        (causal attention over each prefix, as in autoregressive training).
     alpha : float, default=0.0
-        Ridge penalty, unit-free: it penalises the coefficients of the
-        features of the standardized tokens relative to the mean eigenvalue
-        of their second moment, so that the fit minimises the weighted mean
-        squared error plus ``alpha * mean(eigenvalues of Lambda_D) *
-        ||c||**2`` (the user guide's theory page).  ``X``, ``c * X`` and
-        ``X @ A`` give the same predictions for every alpha, and a grid such
-        as ``np.logspace(-8, 2, 11)`` means the same on any data.  The
-        intercept and skip terms are not penalized.  0 gives the exact
-        empirical risk minimizer; when the features are rank-deficient, the
-        one of minimum norm in the standardized coordinates
-        (``standardization_``, see Notes), except with ``solver="cg"`` (see
-        there).
+        Ridge penalty, unit-free: the fit minimises the weighted mean squared
+        error plus ``alpha * mean(eigenvalues of Lambda_D) * ||c||**2`` on the
+        standardized features (the terms not penalized).  0 gives the exact
+        empirical risk minimizer (of minimum norm in the standardized
+        coordinates when the features are rank-deficient).
     n_heads : int, "auto" or None, default=None
-        None returns every head of the SVD.  An integer k compresses to at
-        most k heads (:func:`~sklearn_linattn.compress_heads`); a
-        :class:`~sklearn.exceptions.ConvergenceWarning` says when the k heads
-        fit the training data materially worse than the unconstrained
-        optimum: by more than the data's own noise explains (see the user
-        guide on compression), not merely inexactly.  When the data do not
-        identify the unconstrained model (``certificate_`` fails, e.g. fewer
-        rows than psi) and its minimum-norm point has no k-head form, ``fit``
-        fits k heads to the data directly
-        (:func:`~sklearn_linattn.fit_heads`, far fewer samples than psi for
-        few heads) and keeps them if they fit better; ``local_certificate_``
-        then says whether the data identify them locally.  Not with
-        ``fit_intercept`` / ``fit_skip``, nor in ``partial_fit`` or on Dask
-        input (which keep no sequences).
-        ``"auto"`` returns the fewest heads, between 1 and the SVD's count (0
-        for a zero fit), whose fit is not materially worse: the smallest k
-        for which the heads ``n_heads=k`` would return (compressed, or fitted
-        directly) raise the training risk over the unconstrained optimum by
-        no more than the noise explains, ``max(0.01, 6 p / (N - p))`` times
-        the optimum's residual risk (p = rank times ``d_out``, N the feature
-        rows), plus
-        ``(1e-8)**2`` of its explained energy (more with ``"cg"``, to its
-        accuracy).  On noise-free data only rounding is allowed, so k is the
-        least number of heads computing the fitted function (as far as the
-        compression's search finds it); on noisy data a head whose effect
-        stays within the noise allowance may be left out.  Where the risk
-        has no exact form (``"cg"`` on Dask input) its upper bound is judged.
-        ``n_heads_`` is the count chosen (the user guide on compression
-        describes the search and its measurements).  A UserWarning says when
-        the heads kept are more than 0.1 (``compression_residual_``, relative)
-        from the unconstrained coefficients and were kept only because the
-        excess is within the noise allowance: the two are then different
-        functions away from the training data.  Each count tried costs a
-        compression; where the heads are fitted to the data directly (above),
-        each also costs a direct fit of k heads (``fit_heads``' restarts over
-        the rows), by far the dearest part of the search: set an integer, or
-        None, where that is too slow.
-        With ``decay``, each decay's group of heads is compressed on its own:
-        an integer is the most heads per decay, ``"auto"`` the fewest per
-        decay, judged on the fit of all the groups together; heads are not
-        fitted to the data directly.
+        None returns every head of the SVD; an integer k at most k heads (a
+        :class:`~sklearn.exceptions.ConvergenceWarning` when they fit the
+        training data materially worse than the unconstrained optimum, or
+        heads fitted to the data directly: ``local_certificate_``); ``"auto"``
+        the fewest heads whose fit is not materially worse.  Per decay with
+        ``decay``.  The compression page says what "materially" means and
+        what the search costs.
     decay : None, float or array-like of float, default=None
-        Fixed decays in (0, 1] (retention with fixed decays): a head of decay
-        gamma attends to ``sum_t gamma**(r - t) x_t x_t^T`` at row position
-        r, so a token s steps back weighs ``gamma**s`` (for ``readout="last"``
-        counted from the last real token).  A sequence gives one block of
-        psi features and one group of heads per decay (in the order given;
-        1.0 is the plain layer), all fitted jointly, exactly, and certified
-        together; ``head_decays_`` gives each head's decay.  None: no decay
-        (the paper's layer).
+        Fixed decays in (0, 1] (retention): a token s steps back weighs
+        ``gamma**s``; one block of psi features and one group of heads per
+        decay, fitted jointly and certified together (``head_decays_``).
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
-        How the least squares is solved (N feature rows, psi features, P =
-        d (d + 1) / 2); all give the same fit and verdict, to rounding (to
-        ``tol`` for ``"cg"``).  The user guide's theory page ("Solvers")
-        describes each algorithm and its cost.
-
-        - ``"eigh"``: normal equations accumulated over chunks of sequences
-          (memory O(chunk + psi^2)), then the whole spectrum.
-        - ``"cholesky"``: the same statistics solved by a Cholesky factor,
-          extreme eigenvalues by Lanczos; hands over to ``"eigh"`` when the
-          Gram matrix is (nearly) singular.
-        - ``"svd"``: SVD of the design matrix (the most accurate; memory
-          O(N psi)).
-        - ``"dual"``: the N x N kernel, for N < psi (memory O(N^2 + N psi)).
-        - ``"cg"``: matrix-free conjugate gradients, with a matrix-free
-          certificate (memory O(N n d + psi + P^2)).  With ``alpha=0`` on a
-          rank-deficient design the coefficients are the least-squares
-          solution of minimal preconditioned norm, not the minimum-norm one:
-          same training fit, same predictions on every input the certificate
-          would cover.  On dask input it runs on the workers' blocks, every
-          pass a map-reduce (nothing of size psi^2 anywhere).
-        - ``"lsmr"``: sparse feature rows of one-hot tokens on their active
-          columns (memory follows the non-zeros; ``max_iter`` caps its
-          iterations, default 10 times the number of active columns).  Never
-          chosen by ``"auto"``.
-        - ``"auto"``: ``"cg"`` when the dense psi x psi arrays would take more
-          than half the physical memory; ``"dual"`` for N < psi (``"cg"`` if
-          its kernel and row basis do not fit); otherwise ``"eigh"`` for
-          psi <= 64 and ``"cholesky"`` above.
-
-        ``partial_fit`` needs ``"auto"``, ``"eigh"`` or ``"cholesky"``.
+        How the least squares is solved; all give the same fit and verdict to
+        rounding (``"cg"`` to ``tol``).  ``"auto"`` never picks ``"lsmr"``
+        (sparse one-hot rows); ``partial_fit`` needs ``"auto"``, ``"eigh"`` or
+        ``"cholesky"``.  The user guide's theory page ("Solvers") gives each
+        one's algorithm, its cost and the choice of ``"auto"``.
     token_dim : int or None, default=None
         Token dimension for 2-D X (see :class:`LinearAttentionFeatures`).
     data_format : {"channels_last", "channels_first"}, default="channels_last"
-        Layout of X (and of targets with an output axis for ``readout="all"``,
-        and of what ``predict`` and ``generate`` return):
-        ``"channels_last"`` is (n_samples, n_tokens, d), ``"channels_first"``
-        (n_samples, d, n_tokens), the layout of aeon and sktime (see
-        :class:`LinearAttentionFeatures`).
+        Layout of X (and of outputs with a token axis): (n_samples, n_tokens,
+        d) or (n_samples, d, n_tokens) as aeon and sktime store series.
     random_state : int, RandomState instance or None, default=None
         Seeds the random restarts of the head compression.
     verbose : int, default=0
         Print the time spent in each stage when positive.
-    tol : float, default=1e-8
-        ``solver="cg"`` stops when the residual of the normal equations is
-        below ``tol`` times their right-hand side ``Phi^T W y``.
-    max_iter : int or None, default=None
-        Iteration cap of ``solver="cg"``; None means 1000.
-    fit_intercept : bool, default=False
-        Add a constant ``intercept_`` to every output (not penalized by
-        ``alpha``).  Off by default, unlike scikit-learn's linear models:
-        multi-head linear attention has no constant term, so without it the
-        fitted class is exactly the paper's (outputs scale as ``c**3`` with
-        the inputs; the certificate needs psi rows), and one more column is
-        one more direction the data must determine.
-    fit_skip : bool, default=False
-        Add a linear term in the row's own token, ``skip_coef_ @ x``: the last
-        token for ``readout="last"``, the current one for ``"all"`` (the
-        residual path of a transformer block, ``y = b + W x + MHLA(X)``); not
-        penalized by ``alpha``.  With either term the fit is the joint least
-        squares over the terms and the attention coefficients, and
-        ``certificate_``, ``covers`` and ``error_bound`` are about the whole
-        linear class (see the user guide's "Intercept and skip terms");
-        ``predict`` and ``generate`` add them; ``partial_fit`` and Dask input
-        accumulate them with the rest.
+    tol, max_iter : float and int or None, default=1e-8 and None
+        ``solver="cg"`` stops at a residual of the normal equations below
+        ``tol`` times their right-hand side, or after ``max_iter`` (1000).
+    fit_intercept, fit_skip : bool, default=False
+        Add a constant ``intercept_``, and a linear term ``skip_coef_ @ x`` in
+        the row's own token (a transformer block's residual path), both not
+        penalized; the fit and the certificate are then about the joint class.
 
     Attributes
     ----------
     coef_ : ndarray of shape (d_out, psi) or (d_out, n_decays * psi)
-        Folded coefficients p of the fitted model: ``y = H(X) @ coef_.T``
-        (plus ``intercept_ + x_last @ skip_coef_.T`` with the terms); with
-        ``decay``, one block of psi per decay, in the order of ``decay``.
-    intercept_ : ndarray of shape (d_out,)
-        The constant term (zeros without ``fit_intercept``).
-    skip_coef_ : ndarray of shape (d_out, d)
-        The linear term in the row's token (zeros without ``fit_skip``).
-    value_matrices_ : ndarray of shape (H, d_out, d)
-        Value matrices V_h, one per returned head (H = ``n_heads_``).
-    key_query_matrices_ : ndarray of shape (H, d, d)
-        Fused key-query matrices Q_h.
+        Folded coefficients: ``y = H(X) @ coef_.T`` (plus the terms).
+    intercept_, skip_coef_ : ndarray of shape (d_out,) and (d_out, d)
+        The terms (zeros without ``fit_intercept`` / ``fit_skip``).
+    value_matrices_, key_query_matrices_ : ndarray of shape (H, d_out, d) and (H, d, d)
+        The heads V_h and Q_h (H = ``n_heads_``).
     head_decays_ : ndarray of shape (H,) or None
-        The decay of each head (with ``decay``; the heads come block by
-        block), for :func:`~sklearn_linattn.mhla_forward` and
-        :func:`~sklearn_linattn.nn.to_torch`.  None without ``decay``.
+        Each head's decay (None without ``decay``).
     n_heads_ : int
-        Number of heads returned (with ``n_heads="auto"``, the count chosen).
+        Number of heads returned.
     local_certificate_ : LocalCertificate or None
-        When the heads were fitted to the data directly (see ``n_heads``):
-        whether the data identify the k-head function near the fit
-        (:func:`~sklearn_linattn.certify_heads_locally`; a local statement
-        only).  None otherwise.
+        For heads fitted to the data directly, whether the data identify them
+        locally; None otherwise.
     compression_residual_ : float or None
-        Relative coefficient residual of the head compression (None when
-        ``n_heads`` did not call for compression), measured in the
-        standardized coordinates where the heads are compressed.  With
-        ``n_heads="auto"`` always set: the residual of the heads returned
-        (rounding, about 1e-15, when the SVD's heads are kept).
+        Relative coefficient residual of the compression (None without one).
     standardization_ : TokenStandardizer
-        The standardized coordinates the model was fitted in: exact
-        power-of-two scales of each token coordinate, the targets and the
-        weights, and (for dense tokens) the whitening of the token second
-        moment; ``standardization_.transform(X)`` gives the standardized
-        tokens.  See Notes.
-    n_features_in_ : int
-        Token dimension d.
-    n_outputs_ : int
-        Output dimension d_out.
+        The standardized coordinates of the fit.
+    n_features_in_, n_outputs_ : int
+        Token dimension d and output dimension d_out.
     feature_rank_ : int
         Numerical rank of the feature Gram matrix (psi when the training data
-        identifies the function).  With ``solver="cg"`` on a design that is
-        not identifiable only an upper bound (see ``certificate_.rank_is_bound``).
+        identify the function; an upper bound with ``"cg"``).
     certificate_ : IdentifiabilityCertificate
-        Whether the training inputs identify the function (truthy iff every
-        empirical risk minimizer computes the same function on every input),
-        computed from the fit's own spectrum: equal to
-        ``certify_identifiability(X, readout=readout, token_dim=token_dim,
-        sample_weight=sample_weight)``.  With ``readout="all"`` it is about
-        the prefix rows fitted; with sample weights about the rows of positive
-        weight.  Its ``witness()`` starts from this fitted model.  It holds
-        psi x rank eigenvectors (or, for ``"cholesky"``, the psi x psi
-        factor).
+        Truthy iff every empirical risk minimizer computes the same function
+        on every input (``certify_identifiability`` of the same data).
     solver_ : str
-        The solver that produced the fit (``"auto"`` resolved; ``"eigh"``
-        when ``"cholesky"`` handed over).
+        The solver that produced the fit (``"auto"`` resolved).
     n_iter_ : int
-        Conjugate-gradient iterations of ``solver="cg"`` (1 for the direct
-        solvers: one solve).
+        Iterations of ``solver="cg"`` (1 for the direct solvers).
 
     See Also
     --------
     LinearAttentionFeatures : the feature map on its own.
+    LinearAttentionRegressorCV : alpha, decays and terms chosen by cross-validation.
 
     Notes
     -----
-    **Sample weights** are per sequence: the fit minimises
-    ``sum_i w_i ||y_i - f(X_i)||^2 + alpha ||coef||^2`` (with ``readout="all"``,
-    ``w_i`` multiplies the error at every position of sequence i).  A weight of
-    2 is the same as the sequence appearing twice, a weight of 0 the same as
-    leaving it out.
-
-    **Streaming.** ``fit`` on a large array and ``partial_fit`` accumulate
-    the sufficient statistics ``Phi^T W Phi`` and ``Phi^T W y`` chunk by
-    chunk (memory O(chunk + psi^2): about 50 MB beyond X at d = 8, for a
-    million sequences as for a thousand); ``fit`` is one reset followed by a
-    pass over the chunks.
-
-    **Units.** The fit does not depend on the units of the data: every
-    solver works on standardized tokens (each coordinate scaled by an exact
-    power of two, then whitened to unit second moment) and maps the result
-    back, so ``X``, ``c * X`` (any c from 1e-100 to 1e100) and ``X @ A`` (any
-    invertible A) give the same function, verdict and predictions, to the
-    rounding of the data.  Two choices follow from it: on a rank-deficient
-    design ``alpha=0`` returns the minimizer of minimum norm in those
-    coordinates (itself unit-free; all minimizers agree on the inputs
-    ``certificate_.covers``), and ``predict`` evaluates the model there.
-    Results that do not fit in float64 in the data's own units raise a
-    ValueError.
-
-    **Precision.** Float32 sequences stay float32 in memory (validation
-    copies them as float32, and ``"cg"`` reads them in place); the features
-    of each chunk and all statistics are computed in float64.  Forming them
-    in float32 would perturb the Gram matrix by about ``eps32 * lambda_max``
-    (1e-7 relative), far above the certificate's float32 threshold
-    ``psi * eps32**2 * lambda_max`` and enough to lose every digit of
-    coefficients whose Gram matrix has a condition number above 1e7.
-
-    **Threads.** The work is BLAS-shaped (GEMMs over chunks of rows); control
-    its threads with ``threadpoolctl.threadpool_limits``.  Results with 1 and
-    2 threads agree to rounding.
+    Sample weights are per sequence.  Results float64 cannot hold in the
+    data's own units raise a ValueError.  See the user guide's theory page
+    ("The estimator's contract") for streaming, float32 input and threads.
 
     References
     ----------
-    .. [1] M. Yau, E. Akyurek, J. Mao, J. B. Tenenbaum, S. Jegelka and
-       J. Andreas, "Learning Linear Attention in Polynomial Time",
-       arXiv:2410.10101.
+    .. [1] M. Yau et al., "Learning Linear Attention in Polynomial Time", arXiv:2410.10101.
 
     Examples
     --------
@@ -295,12 +142,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     >>> V, Q = rng.normal(size=(1, 1, 3)), rng.normal(size=(1, 3, 3))
     >>> X = rng.normal(size=(200, 5, 3))
     >>> y = np.einsum("aj,ntj,ntk,kl,nl->n", V[0], X, X, Q[0], X[:, -1])
-    >>> model = LinearAttentionRegressor(n_heads=1).fit(X, y)
-    >>> model.n_heads_
-    1
-    >>> LinearAttentionRegressor().fit(X, y).n_heads_  # the SVD's heads
-    3
-    >>> LinearAttentionRegressor(n_heads="auto").fit(X, y).n_heads_  # the fewest
+    >>> model = LinearAttentionRegressor(n_heads="auto").fit(X, y)
+    >>> model.n_heads_  # the fewest heads computing the fitted function
     1
     >>> X_long = rng.normal(size=(3, 40, 3))  # longer than any training sequence
     >>> y_long = np.einsum("aj,ntj,ntk,kl,nl->n", V[0], X_long, X_long, Q[0], X_long[:, -1])
@@ -552,69 +395,6 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 f"{need / 2**30:.3g} GiB with the solve, more than half the physical "
                 "memory; use fit with solver='cg'."
             )
-
-    def _fit_statistics(self, stats, *, single_output=False):
-        """Finish a fit from sufficient statistics accumulated elsewhere (Dask, tests).
-
-        The result is that of :meth:`fit` on all the sequences the statistics
-        were accumulated from; a later :meth:`partial_fit` adds to ``stats``
-        (in place).
-
-        Parameters
-        ----------
-        stats : sklearn_linattn._solvers.SufficientStatistics
-            With targets (``d_out`` set), the Gram matrix, the estimator's
-            readout and at least one row of positive weight.
-        single_output : bool, default=False
-            Whether ``predict`` drops the output axis (targets were 1-D).
-
-        Returns
-        -------
-        self : LinearAttentionRegressor
-            The fitted estimator.
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from sklearn_linattn import LinearAttentionRegressor
-        >>> from sklearn_linattn._solvers import SufficientStatistics
-        >>> X = np.random.default_rng(0).normal(size=(60, 4, 2))
-        >>> Y = (X[:, -1, 0] * (X[:, :, 1] ** 2).sum(axis=1))[:, None]
-        >>> blocks = [SufficientStatistics(2, 1).update(X[i::3], np.full(20, 4), Y[i::3])
-        ...           for i in range(3)]
-        >>> stats = blocks[0].merge(blocks[1]).merge(blocks[2])
-        >>> model = LinearAttentionRegressor()._fit_statistics(stats, single_output=True)
-        >>> bool(np.allclose(model.predict(X), Y[:, 0]))
-        True
-        """
-        params = self._check_params()
-        if not isinstance(stats, SufficientStatistics):
-            raise TypeError(
-                f"stats must be a SufficientStatistics; got {type(stats).__name__}."
-            )
-        if stats.d_out is None:
-            raise ValueError("stats must hold targets (created with d_out set).")
-        if stats.readout is not None and stats.readout != params.readout:
-            raise ValueError(
-                f"stats were accumulated with readout={stats.readout!r}, but this "
-                f"estimator has readout={params.readout!r}."
-            )
-        if self.solver != "auto" and not REGISTRY[self.solver].statistics:
-            raise ValueError(
-                f"solver must be one of {('auto',) + STATISTICS_SOLVERS} to fit from "
-                f"sufficient statistics; got solver={self.solver!r}."
-            )
-        if stats.n_rows == 0:
-            raise ValueError(
-                "every sequence has zero sample weight: there is nothing to fit."
-            )
-        terms = LinearTerms(stats.d, intercept=params.intercept, skip=params.skip)
-        problem = StandardizedProblem.from_statistics(stats, d_out=stats.d_out - terms.n_terms,
-                                                      terms=terms)
-        solver = choose_solver(params.solver, stats.n_rows, stats.n_features, statistics=True)
-        # Statistics from elsewhere keep their coordinates (a state without scales).
-        return self._fit_problem(problem, params, solver, single_output,
-                                 previous=FitState(stats, None, stats.standardizer.decays))
 
     def predict_from_coefficients(self, X):
         """Predict with ``coef_`` on the cubic features instead of the heads.

@@ -14,7 +14,7 @@ from ._memory import resolve_budget
 from ._npz import NpzReader, gib
 from ._params import check_decays
 from ._solvers import SOLVERS
-from ._standardize import TokenStandardizer
+from ._units import TokenStandardizer
 from ._estimators import LinearAttentionRegressor
 from ._cv import LinearAttentionRegressorCV
 

@@ -74,7 +74,7 @@ class StandardizedModel:
         """
         st = self.standardizer
         d_out = self.coef.shape[0]
-        intercept, skip = self.terms.to_user(self.beta, st, d_out)
+        intercept, skip = st.terms_to_user(self.beta, self.terms, d_out)
         V, Q = st.heads_to_user(self.V, self.Q)
         return dict(coef_=st.coef_to_user(self.coef), intercept_=intercept,
                     skip_coef_=skip, value_matrices_=V, key_query_matrices_=Q,

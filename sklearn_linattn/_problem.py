@@ -36,25 +36,14 @@ every batch so far, into whose coordinates a new batch is accumulated
 import dataclasses
 import functools
 
-import numpy as np
-
 from ._dask import DaskSource, is_dask_collection
 from ._features import n_attention_features
 from ._memory import n_pairs
-from ._moments import MomentPass, RowReader, coordinates, count_rows, scales_pass
-from ._solvers import (
-    REGISTRY,
-    RowCounts,
-    SufficientStatistics,
-    check_solver_memory,
-    choose_solver,
-    solve_statistics,
-)
+from ._moments import MomentPass, RowReader, coordinates, scales_pass
+from ._solvers import REGISTRY, RowCounts, SufficientStatistics, solve_statistics
 from ._source import ArraySource
-from ._terms import LinearTerms
 
-__all__ = ["ROWS_BUDGET", "FitState", "StandardizedProblem", "data_source", "keep_rows",
-           "solve_arrays"]
+__all__ = ["ROWS_BUDGET", "FitState", "StandardizedProblem", "data_source", "keep_rows"]
 
 # Rows a statistics solver keeps from the pass for a direct fit of few heads
 # (bytes); such fits are only tried on small data anyway.
@@ -423,77 +412,3 @@ class FitState:
         if previous is not None and previous.scales is None:
             scales = None  # statistics given by hand keep their coordinates
         return FitState(problem.stats, scales, problem.standardizer.decays)
-
-
-def solve_arrays(X, lengths, Y, *, readout="last", alpha=0.0, solver="auto",
-                 sample_weight=None, tol=1e-8, max_iter=None, memory_budget=None,
-                 standardizer=None):
-    """The standardized solution of in-memory arrays, in one call.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_tokens, d)
-        Padded sequences (float32 or float64); values at positions
-        ``>= lengths`` are ignored.
-    lengths : ndarray of shape (n_samples,)
-    Y : ndarray or None
-        Targets as returned by ``check_targets``; None computes the spectrum
-        only (for the certificate).
-    readout : {"last", "all"}
-    alpha : float
-        The unit-free ridge penalty.
-    solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}
-        ``"lsmr"`` (sparse rows, for one-hot data) is never chosen by ``"auto"``.
-    sample_weight : ndarray of shape (n_samples,) or None
-        Non-negative weight of each sequence (of all its rows for ``"all"``).
-    tol, max_iter : float, int or None
-        Stopping rule of ``"cg"``; ``max_iter`` also caps ``"lsmr"``.
-    memory_budget : int or None
-        For ``"auto"``, the memory check of an explicit solver and the
-        certificate of ``"lsmr"``.
-    standardizer : TokenStandardizer or None
-        The standardized coordinates; None computes them from X.
-
-    Returns
-    -------
-    solution : SpectralSolution
-        In the standardized coordinates ``solution.standardizer``
-        (``solution.standardizer.coef_to_user(solution.coef)`` in the data's
-        units), with ``counts``.
-
-    Raises
-    ------
-    ValueError
-        When the solver's dense arrays would not fit the memory budget (the
-        message says which solvers would), or every row has zero weight.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_linattn._problem import solve_arrays
-    >>> X = np.random.default_rng(0).normal(size=(30, 4, 2))
-    >>> Y = X[:, -1, :1] * (X[:, :, :1] ** 2).sum(axis=1)
-    >>> coefs = [solve_arrays(X, np.full(30, 4), Y, solver=s).coef
-    ...          for s in ("eigh", "cholesky", "svd", "dual", "cg")]
-    >>> all(np.allclose(c, coefs[0], atol=1e-7) for c in coefs)
-    True
-    """
-    d = X.shape[2]
-    psi = n_attention_features(d)
-    if sample_weight is not None:
-        sample_weight = np.asarray(sample_weight, dtype=np.float64)
-    n_rows = count_rows(np.asarray(lengths), readout, sample_weight)
-    solver = choose_solver(solver, n_rows, psi, memory_budget=memory_budget)
-    if solver not in REGISTRY:
-        raise ValueError(f"solver must be one of {tuple(REGISTRY)}; got {solver!r}.")
-    check_solver_memory(solver, n_rows, psi, memory_budget)
-    source = ArraySource.validated(X, lengths, Y, sample_weight, readout)
-    problem = StandardizedProblem.from_source(
-        source, readout=readout, terms=LinearTerms(d), solver=solver,
-        keep=keep_rows(solver, n_rows, d, 0 if Y is None else Y.shape[-1], memory_budget),
-        fixed=standardizer)
-    try:
-        return problem.solve(solver, alpha, tol=tol, max_iter=max_iter,
-                             memory_budget=memory_budget)
-    finally:
-        problem.release()

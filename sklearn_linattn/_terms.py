@@ -35,7 +35,6 @@ import numpy as np
 from ._features import features_matvec
 from ._memory import n_pairs, real_tokens
 from ._params import check_flag
-from ._standardize import check_finite, ldexp
 
 __all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms",
            "schur_complement"]
@@ -127,30 +126,6 @@ class LinearTerms:
         """Names of the term columns: ``"1"`` and ``"last[x]"`` per coordinate."""
         return (["1"] if self.intercept else []) + (
             [f"last[{name}]" for name in input_features] if self.skip else [])
-
-    def to_user(self, beta, standardizer, d_out):
-        """Standardized term coefficients (n_terms, d_out) -> ``(intercept, skip)`` in the data's units.
-
-        The skip columns are the standardized tokens ``x T`` (``T = diag(2**-e)
-        W``), so ``skip = 2**ey (T beta)^T``, scaled after the product with W
-        by exact powers of two.  Both are zero arrays for the terms the model
-        does not have: intercept of shape (d_out,), skip of shape (d_out, d).
-        """
-        ey = standardizer.y_exponents
-        # A certificate of inputs alone has no targets: its models are unscaled.
-        ey = ey[:d_out] if ey is not None and ey.size >= d_out else np.zeros(d_out, np.int64)
-        intercept = np.zeros(d_out)
-        skip = np.zeros((d_out, self.d))
-        i = 0
-        what = "The intercept and skip coefficients in the data's units"
-        if self.intercept:
-            intercept = check_finite(ldexp(beta[0], ey), what, before=beta[0][:, None])
-            i = 1
-        if self.skip:
-            Wb = beta[i:] if standardizer.whitening is None else standardizer.whitening @ beta[i:]
-            skip = check_finite(ldexp(Wb.T, ey[:, None] - standardizer.exponents[None, :]),
-                                what, before=Wb.T)
-        return intercept, skip
 
     def standardized_rows(self, X, lengths, readout, standardizer):
         """Term columns in standardized units: ``[1, x T]`` of every row slot.

@@ -1,13 +1,6 @@
 """How far a trained linear-attention layer is from the exact least-squares optimum.
 
-A model trained by gradient descent (here, in PyTorch or anywhere else) is
-judged against the closed-form optimum on the same training data: the
-distance of the two coefficient vectors p(Theta) (two MHLAs compute the same
-function iff their coefficients are equal, the paper's Corollary A.4), the
-distance of their outputs on the training data, the excess training risk,
-and the identifiability certificate, which says whether the data pins the
-function down so that driving the excess risk to zero must drive the model
-to the optimum.
+See the user guide's :ref:`torch-vs-optimum`.
 """
 
 from dataclasses import dataclass
@@ -20,7 +13,18 @@ from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
 from ._memory import real_tokens
 from ._params import check_head_decays
-from ._standardize import NO_EXPONENT, max_exponent
+from ._units import (
+    NO_EXPONENT,
+    column_exponents,
+    mean_products,
+    pair_log10,
+    pair_norm,
+    pair_sqrt,
+    pair_sum,
+    pair_to_float,
+    pow2_scale,
+    rescale_heads,
+)
 from ._validation import (
     as_real_array,
     check_heads,
@@ -37,52 +41,37 @@ __all__ = ["OptimalityReport", "compare_to_optimum"]
 class OptimalityReport:  # numpydoc ignore=PR01
     """A trained model measured against the least-squares optimum of its training data.
 
-    Returned by :func:`compare_to_optimum`, not constructed directly.  All
-    risks are those of the certificate: ``R = (1/W) sum_rows w_row
-    ||y_row - f(row)||**2``, the squared error summed over outputs and
-    averaged over the training feature rows (one per sequence for
-    ``readout="last"``, one per real position for ``readout="all"``), each
-    row weighted by its sequence's weight (W the sum of the row weights).
+    Returned by :func:`compare_to_optimum`, not constructed directly.  Every
+    risk is the weighted mean squared error over the training feature rows
+    (:ref:`torch-vs-optimum`).
 
     Attributes
     ----------
     p_distance : float
-        ``||p - p_opt||_F``: Frobenius distance of the model's coefficients
-        p(Theta) (:func:`~sklearn_linattn.attention_coefficients`) to the
-        optimum's ``coef_``, in the units of the data.  Zero iff the two
-        compute the same function on every input.  For a model with decays,
-        in the optimum's block layout: one block of coefficients per
-        distinct decay of the model's heads
-        (``attention_coefficients(V, Q, decays=..., blocks=optimum.decay)``).
+        ``||p - p_opt||_F``, the distance of the model's coefficients p(Theta)
+        to the optimum's ``coef_`` (with decays, in its block layout).  Zero
+        iff the two compute the same function on every input.
     relative_p_distance : float
         ``p_distance / ||p_opt||_F`` (0 when both are zero, inf when only
         ``p_opt`` is).
     training_distance : float
-        ``sqrt((1/W) sum_rows w_row ||f(row) - f_opt(row)||**2)``: the
-        root-mean-square difference of the two models' outputs over the
-        training rows, i.e. ``||p - p_opt||`` in the data's metric
-        ``Lambda_D``.  With ``alpha=0`` its square is the excess risk.
+        Root-mean-square difference of the two models' outputs over the
+        training rows; with ``alpha=0`` its square is the excess risk.
     risk : float
-        Training risk R of the given model.
+        Training risk of the given model.
     optimal_risk : float
-        Training risk R of the optimum.
+        Training risk of the optimum.
     excess_risk : float
-        ``risk - optimal_risk``, computed from the difference of the two
-        models' outputs (accurate even when both risks are large and the
-        models close).  With ``alpha=0`` it is ``>= 0`` up to rounding; with
-        ``alpha > 0`` the optimum minimises the penalized risk, so a model
-        may beat it on the training risk alone (negative excess).
+        ``risk - optimal_risk``, computed without cancellation: ``>= 0`` up to
+        rounding with ``alpha=0``, possibly negative with ``alpha > 0``.
     alpha : float
         The ridge penalty the optimum was fitted with.
     certificate : IdentifiabilityCertificate
         The optimum's ``certificate_``: whether the training inputs identify
         the function.
     optimum : LinearAttentionRegressor
-        The fitted optimum (``n_heads=None``: the exact least-squares
-        solution, over any number of heads).  For a model with decays it
-        is fitted with ``decay`` the distinct decays of the model's heads,
-        in order of first appearance: the optimum over every model with
-        heads of those decays.
+        The fitted optimum over any number of heads, with the model's
+        distinct decays (in order of first appearance) when it has decays.
 
     See Also
     --------
@@ -226,14 +215,10 @@ class OptimalityReport:  # numpydoc ignore=PR01
 
 
 class _ComparedModel:
-    """The model under comparison: heads, decays, intercept and skip terms, readout, layout.
+    """The model under comparison: heads, readout, layout and terms, from any accepted form.
 
-    ``intercept`` (d_out,) is added to every output and ``skip`` (d_out, d)
-    maps the token at the output's position (the last token for
-    ``readout="last"``) into it: the residual path of an attention layer.
-    ``decays`` (n_heads,) are the heads' fixed decays (None: no decay) and
-    ``blocks`` their distinct values in order of first appearance, the
-    optimum's feature blocks.
+    ``blocks`` are the distinct ``decays`` in order of first appearance (the optimum's feature
+    blocks); absent decays, ``intercept`` and ``skip`` are None.
     """
 
     def __init__(self, model, readout, intercept, skip_coef):
@@ -320,10 +305,7 @@ class _ComparedModel:
         return value
 
     def coefficients(self):
-        """The coefficients of the function: p(Theta), then the skip and intercept terms.
-
-        With decays, p(Theta) in the block layout of ``blocks``, the optimum's ``coef_``.
-        """
+        """p(Theta) (with decays, in the optimum's block layout), then the skip and intercept."""
         coef = attention_coefficients(self.V, self.Q, decays=self.decays, blocks=self.blocks)
         return _stack_coefficients(coef, self.skip, self.intercept)
 
@@ -360,87 +342,6 @@ def _optimum_coefficients(optimum, compared):
     return _stack_coefficients(optimum.coef_, skip, intercept)
 
 
-# Binary exponents of the smallest normal float64 and of the first power of
-# two that overflows: a reported value keeps its digits between them.
-_TINY_EXPONENT = -1022
-_HUGE_EXPONENT = 1024
-
-
-def _pow2_sum(values, exponents):
-    """``sum_i values[i] * 2**exponents[i]`` as a pair ``(m, e)``: the sum is ``m * 2**e``.
-
-    Every term is brought to the exponent of the largest, so nothing over-
-    or underflows on the way (a term 2**1074 below the largest vanishes, far
-    below the sum's rounding).
-    """
-    mantissa, exp = np.frexp(np.asarray(values, dtype=np.float64))
-    exp = exp.astype(np.int64) + np.asarray(exponents, dtype=np.int64)
-    live = mantissa != 0
-    if not live.any():
-        return 0.0, 0
-    top = int(exp[live].max())
-    return float(np.sum(np.ldexp(mantissa[live], exp[live] - top))), top
-
-
-def _pow2_sqrt(pair):
-    """The square root of the pair ``m * 2**e`` (m >= 0), exactly scaled."""
-    m, e = pair
-    if e % 2:
-        m, e = 2.0 * m, e - 1
-    return float(np.sqrt(m)), e // 2
-
-
-def _column_exponents(A):
-    """Per output (last axis), the exponent of the largest magnitude; ``NO_EXPONENT`` if zero."""
-    A = A.reshape(-1, A.shape[-1])
-    top = np.max(np.abs(A), axis=0, initial=0.0)
-    return np.where(top > 0, np.frexp(top)[1], NO_EXPONENT).astype(np.int64)
-
-
-def _mean_products(A, B, rows, total, exponents):
-    """``(1/W) sum_rows w_row sum_a A[row, a] B[row, a] 2**exponents[a]`` as a pair.
-
-    A and B are scaled per output by the power of two of their largest entry
-    first, so no product over- or underflows on the way.
-    """
-    d_out = A.shape[-1]
-    A, B, w = A.reshape(-1, d_out), B.reshape(-1, d_out), rows.reshape(-1)
-    ka, kb = _column_exponents(A), _column_exponents(B)
-    ka, kb = np.where(ka == NO_EXPONENT, 0, ka), np.where(kb == NO_EXPONENT, 0, kb)
-    m = np.einsum("r,ra,ra->a", w, np.ldexp(A, -ka), np.ldexp(B, -kb)) / total
-    return _pow2_sum(m, ka + kb + exponents)
-
-
-def _norm(A):
-    """Frobenius norm of A as a pair (scaled first: no over- or underflow)."""
-    k = int(np.frexp(np.max(np.abs(A), initial=0.0))[1])
-    return float(np.linalg.norm(np.ldexp(A, -k))), k
-
-
-def _log10(pair):
-    m, e = pair
-    return float(np.log10(abs(m)) + e * np.log10(2.0))
-
-
-def _to_float(pair, scale):
-    """The float64 of the pair ``m * 2**e``, or why float64 cannot hold it.
-
-    ``scale`` (a pair) is the size of the terms the value is computed from.
-    A value that overflows is lost; so is a non-zero value whose terms lie
-    below the smallest normal float64, where their digits are lost.  A value
-    that is smaller only because it cancels among larger terms is returned as
-    float64 rounds it (a subnormal or zero: within its own rounding).
-    Returns ``(value, None)``, or ``(None, "over")`` / ``(None, "under")``.
-    """
-    m, e = pair
-    if m != 0 and int(np.frexp(m)[1]) + e > _HUGE_EXPONENT:
-        return None, "over"
-    sm, se = scale
-    if m != 0 and (sm == 0 or int(np.frexp(sm)[1]) + se - 1 < _TINY_EXPONENT):
-        return None, "under"
-    return float(np.ldexp(m, e)), None
-
-
 def _unrepresentable(lost):
     """The error for the quantities float64 cannot hold: ``(name, pair, "over" | "under")``."""
     why = {
@@ -450,7 +351,7 @@ def _unrepresentable(lost):
     }
     groups = []
     for kind in ("over", "under"):
-        named = [f"{name} (about 1e{_log10(pair):.0f})" for name, pair, k in lost if k == kind]
+        named = [f"{name} (about 1e{pair_log10(pair):.0f})" for name, pair, k in lost if k == kind]
         if named:
             listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
             groups.append(f"{listed} {'is' if len(named) == 1 else 'are'} {why[kind]}")
@@ -462,32 +363,29 @@ def _unrepresentable(lost):
     )
 
 
-def _standardized_terms(st, ey, intercept, skip, Xs, lengths, readout):
+def _standardized_terms(st, d_out, intercept, skip, Xs, lengths, readout):
     """Intercept and skip terms on standardized tokens, outputs in units of ``2**ey``."""
     n, n_tokens, _ = Xs.shape
-    out = np.zeros((n, ey.size) if readout == "last" else (n, n_tokens, ey.size))
+    out = np.zeros((n, d_out) if readout == "last" else (n, n_tokens, d_out))
+    b, M = st.terms_from_user(intercept, skip, d_out)
     with np.errstate(over="ignore", invalid="ignore"):
-        if skip is not None:
-            # x W^T in the data's units is x_s (Wi 2**e W^T): per output 2**-ey_a.
-            W = np.ldexp(skip, st.exponents[None, :] - ey[:, None])
-            if st.whitening is not None:
-                W = W @ st.inverse_whitening.T
+        if M is not None:
             tokens = Xs[np.arange(n), lengths - 1] if readout == "last" else Xs
-            out = out + tokens @ W.T
-        if intercept is not None:
-            out = out + np.ldexp(intercept, -ey)
+            out = out + tokens @ M.T
+        if b is not None:
+            out = out + b
     return out
 
 
 def _head_outputs(st, ey, Xs, lengths, readout, V, Q, decays=None):
     """The heads' outputs on standardized tokens as ``(F, top)``: the outputs are ``F 2**top``.
 
-    One forward pass over every head, head h weighted by ``2**(c_h - top)``
-    (at most 1; heads 2**1074 below the largest vanish, far below rounding).
+    Head h is weighted by ``2**(c_h - top) <= 1``: heads far below the largest vanish.
     """
     Vs, Qs, c = st.heads_from_user(V, Q, ey)
-    top = int(c.max()) if c.size and c.max() != NO_EXPONENT else 0
-    Vw = np.ldexp(Vs, np.maximum(c - top, -2 * _HUGE_EXPONENT)[:, None, None])
+    live = c != NO_EXPONENT
+    top = int(c[live].max()) if live.any() else 0
+    Vw, _ = rescale_heads(Vs, Qs, mv=np.where(live, np.minimum(top - c, 4096), 0))
     return mhla_forward(Xs, Vw, Qs, lengths, readout=readout, decays=decays), top
 
 
@@ -496,127 +394,63 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     """Measure a trained linear-attention layer against the exact optimum of its training data.
 
     Fits :class:`~sklearn_linattn.LinearAttentionRegressor` (the global
-    least-squares optimum over any number of heads) on ``(X, y)`` and
-    reports how far ``model`` is from it: in coefficient space (two MHLAs
-    compute the same function iff their coefficients p(Theta) are equal,
-    the paper's Corollary A.4), in outputs on the training data, and in
-    training risk, with the optimum's identifiability certificate (does the
-    data pin the function down, so that training run to zero excess risk
-    must reach the optimum?).  The model may come from any framework: only
-    its heads (with their decays) and its affine terms enter.
+    least-squares optimum over any number of heads, with the model's decays,
+    intercept and skip terms) on ``(X, y)`` and reports how far ``model`` is
+    from it: in coefficients p(Theta), in outputs and in risk on the training
+    data, with the optimum's identifiability certificate.  See the user
+    guide's :ref:`torch-vs-optimum`.
 
     Parameters
     ----------
     model : estimator, heads, tuple (V, Q) or tuple (V, Q, decays)
-        The heads of a layer as :func:`sklearn_linattn.nn.from_torch`
-        returns them (``value_matrices``, ``key_query_matrices``, and their
-        ``intercept``, ``skip_coef``, ``readout`` and ``decays``), a fitted
-        estimator with ``value_matrices_`` and ``key_query_matrices_`` (e.g.
-        :class:`~sklearn_linattn.AdamLinearAttentionRegressor`; its
-        ``readout``, ``token_dim``, ``data_format``, ``intercept_``,
-        ``skip_coef_`` and ``head_decays_`` are used when it has them), or
-        a pair of arrays ``V`` of shape (n_heads, d_out, d) and ``Q`` of
-        shape (n_heads, d, d), the heads of
-        :func:`~sklearn_linattn.mhla_forward`, or a triple ``(V, Q,
-        decays)`` with the fixed decay of each head, shape (n_heads,), each
-        in (0, 1] (as ``decays`` of :func:`~sklearn_linattn.mhla_forward`;
-        None is no decay).  For a layer with
-        keys ``W_K x_t``, queries ``W_Q x_n``, values ``W_V x_t`` and output
-        projection ``W_O`` per head (e.g. in PyTorch), ``Q_h = W_K^T W_Q``
-        and ``V_h = W_O W_V``.
+        A fitted estimator with ``value_matrices_`` and ``key_query_matrices_``
+        (its readout, layout, ``intercept_``, ``skip_coef_`` and
+        ``head_decays_`` are used when present), heads from
+        :func:`sklearn_linattn.nn.from_torch`, or arrays ``V`` (n_heads,
+        d_out, d), ``Q`` (n_heads, d, d) and optionally ``decays`` (n_heads,)
+        in (0, 1], as for :func:`~sklearn_linattn.mhla_forward`.
     X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
         The training sequences; trailing all-NaN tokens are padding.
     y : array-like
         The training targets, shaped as for
         :meth:`LinearAttentionRegressor.fit <sklearn_linattn.LinearAttentionRegressor.fit>`.
     readout : {"last", "all"} or None, default=None
-        None takes the estimator's ``readout`` (``"last"`` for a pair);
-        an estimator's own readout cannot be overridden.
+        None takes the estimator's ``readout`` (``"last"`` for arrays); an
+        estimator's own readout cannot be overridden.
     sample_weight : array-like of shape (n_samples,) or None, default=None
         Non-negative weight of each sequence, in the optimum's fit and in
         every risk.
     alpha : float, default=0.0
-        Ridge penalty of the optimum.  0 compares with the least-squares
+        Ridge penalty of the optimum; 0 compares with the least-squares
         optimum, the function that training without weight decay targets.
     intercept : array-like of shape (d_out,) or None, default=None
-        For a ``(V, Q)`` pair: a constant added to every output of the model.
+        For a tuple ``model``: a constant added to every output of the model.
     skip_coef : array-like of shape (d_out, d) or None, default=None
-        For a ``(V, Q)`` pair: a linear map of the token at the output's
-        position added to the output (a residual path).  The optimum is
-        then fitted with the same terms, which needs a
-        LinearAttentionRegressor with ``fit_intercept`` / ``fit_skip``
-        parameters; without them a ValueError says so.
+        For a tuple ``model``: a linear map of the token at the output's
+        position added to the output (a residual path).
 
     Returns
     -------
     report : OptimalityReport
-        ``p_distance``, ``relative_p_distance``, ``training_distance``,
-        ``risk``, ``optimal_risk``, ``excess_risk``, the ``certificate`` and
-        the fitted ``optimum``; ``print(report.summary())`` explains them.
+        The distances, the risks, the certificate and the fitted ``optimum``;
+        ``print(report.summary())`` explains them.
 
     Raises
     ------
     TypeError
-        If ``model`` is neither a fitted estimator with heads nor a
-        ``(V, Q)`` pair or ``(V, Q, decays)`` triple.
+        If ``model`` is none of the forms above, or ``intercept`` or
+        ``skip_coef`` is given with a model that carries its own.
     ValueError
-        If the heads do not match the data (token dimension, number of
-        outputs), if the decays are not one number in (0, 1] per head, if
-        ``readout`` contradicts the estimator's, or for invalid
-        data (as :meth:`LinearAttentionRegressor.fit
-        <sklearn_linattn.LinearAttentionRegressor.fit>`); and when a number
-        of the report cannot be represented in float64 (the message names
-        each, with its size): above the largest float64, or non-zero while
-        the terms it is computed from lie below the smallest normal one.
-        With ``alpha=0`` the excess risk is the square of
-        ``training_distance``, so a distance beyond about 1e154 (or below
-        about 1e-154) cannot come with its risks.
+        If the heads or terms do not match the data, the decays are not one
+        number in (0, 1] per head, ``readout`` contradicts the estimator's, the
+        data are invalid (as for ``LinearAttentionRegressor.fit``), or a number
+        of the report cannot be represented in float64 (the message names it).
 
     See Also
     --------
     same_function : whether two parameter sets compute the same function.
     IdentifiabilityCertificate.error_bound : how far near-minimizers can
         disagree on new inputs.
-
-    Notes
-    -----
-    The training risk is quadratic in the coefficients, so with
-    ``alpha=0`` the excess risk of any model is exactly
-    ``(p - p_opt)^T Lambda_D (p - p_opt)`` (summed over outputs), the square
-    of ``training_distance``.  When the certificate holds, ``Lambda_D`` is
-    positive definite: excess risk zero forces ``p = p_opt``, so gradient
-    training that drives its excess risk to zero converges to the optimum's
-    function whatever its parametrization (number of heads, factorization of
-    ``Q_h`` into keys and queries).  The model's outputs on a new input
-    ``Z`` then differ from the optimum's by at most
-    ``certificate.error_bound(Z, excess_risk) / 2``.
-
-    A model with fixed decays (``decays`` of the heads, ``head_decays_``
-    of an estimator, or the third entry of the triple) is compared with the
-    optimum over models with heads of the same decays:
-    ``LinearAttentionRegressor(decay=blocks)`` with ``blocks`` the distinct
-    decays in order of first appearance, whose features are one block per
-    decay.  Two such models compute the same function iff their
-    coefficients agree block by block (distinct decays give linearly
-    independent functions of the input, see
-    :func:`~sklearn_linattn.same_function`), so everything above holds
-    block by block: ``p_distance`` compares
-    ``attention_coefficients(V, Q, decays=decays, blocks=blocks)`` with the
-    optimum's ``coef_``, and the certificate is that of the decayed
-    features.
-
-    The excess risk is computed as ``mean ||delta||**2 - 2 mean <r_opt,
-    delta>`` from the output difference ``delta`` and the optimum's residual
-    ``r_opt`` (equal to ``risk - optimal_risk``, without its cancellation).
-
-    Every number is exact to rounding at any scale float64 can represent:
-    the outputs are compared in the optimum's standardized coordinates
-    (``optimum.standardization_``: tokens scaled per coordinate by powers of
-    two and whitened, targets per output by a power of two), the sums of
-    squares are carried as a mantissa and a binary exponent, and the results
-    are mapped back to the data's units by exact powers of two.  Scaling X
-    and y by powers of two (and the model with them) scales every number by
-    the matching power, bit for bit.
 
     Examples
     --------
@@ -681,13 +515,6 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
 def _measures(compared, optimum, Xv, lengths, Y, w):
     """The report's numbers, computed in the optimum's standardized coordinates.
 
-    Outputs are compared on standardized tokens, output a in units of
-    ``2**(ey_a + D_a)`` with ``D_a`` the largest exponent among the outputs
-    of the model, of the optimum and the targets (so each lies within
-    [-2, 2], and none over- or underflows); sums of squares are formed per
-    output after scaling by powers of two and carried as pairs ``m * 2**e``,
-    and only the final values are converted to float64 in the data's units.
-
     Returns ``(values, lost)``: the OptimalityReport fields, and
     ``(name, pair, "over" | "under")`` for each that float64 cannot hold.
     """
@@ -716,13 +543,13 @@ def _measures(compared, optimum, Xv, lengths, Y, w):
     Vo, Qo = optimum._standardized_heads
     F_opt = at_rows(mhla_forward(Xs, Vo, Qo, lengths, readout=readout,
                                  decays=optimum.head_decays_)
-                    + _standardized_terms(st, ey, terms.get("intercept"), terms.get("skip"),
+                    + _standardized_terms(st, d_out, terms.get("intercept"), terms.get("skip"),
                                           Xs, lengths, readout))
     Ys = at_rows(st.transform_targets(Y))
     F_heads, top = _head_outputs(st, ey, Xs, lengths, readout, compared.V, compared.Q,
                                  compared.decays)
     F_heads = at_rows(F_heads)
-    F_terms = at_rows(_standardized_terms(st, ey, compared.intercept, compared.skip, Xs,
+    F_terms = at_rows(_standardized_terms(st, d_out, compared.intercept, compared.skip, Xs,
                                           lengths, readout))
     if not np.all(np.isfinite(F_terms)):
         raise ValueError(
@@ -731,42 +558,41 @@ def _measures(compared, optimum, Xv, lengths, Y, w):
             "model's intercept and skip_coef."
         )
     # One exponent per output above every part: each part scaled to at most 2.
-    parts = [_column_exponents(F_heads) + top, _column_exponents(F_terms),
-             _column_exponents(F_opt), _column_exponents(Ys)]
+    parts = [column_exponents(F_heads) + top, column_exponents(F_terms),
+             column_exponents(F_opt), column_exponents(Ys)]
     D = np.max(np.maximum(parts, NO_EXPONENT), axis=0)
     D = np.where(D <= NO_EXPONENT // 2, 0, D)
-    F = np.ldexp(F_heads, top - D) + np.ldexp(F_terms, -D)
-    Fo, Yd = np.ldexp(F_opt, -D), np.ldexp(Ys, -D)
+    F = pow2_scale(F_heads, top - D) + pow2_scale(F_terms, -D)
+    Fo, Yd = pow2_scale(F_opt, -D), pow2_scale(Ys, -D)
     delta, model_residual = F - Fo, Yd - F
     residual = Ys - F_opt  # the optimum's own residual, in units of 2**ey
 
     def mean(A, B, shift):  # (1/W) sum_rows w sum_a A B in the data's units, as a pair
-        return _mean_products(A, B, rows, total, shift)
+        return mean_products(A, B, rows, total, shift)
 
     two = 2 * (ey + D)
     squared = mean(delta, delta, two)
     cross = mean(residual, delta, 2 * ey + D)
     risk = mean(model_residual, model_residual, two)
     optimal_risk = mean(residual, residual, 2 * ey)
-    excess = _pow2_sum([squared[0], -2.0 * cross[0]], [squared[1], cross[1]])
-    # The size of the terms each value is computed from (see _to_float).
+    excess = pair_sum([squared[0], -2.0 * cross[0]], [squared[1], cross[1]])
+    # The size of the terms each value is computed from (see pair_to_float).
     size_y, size_f, size_o = (mean(A, A, two) for A in (Yd, F, Fo))
 
     def plus(*pairs):
-        return _pow2_sum([p[0] for p in pairs], [p[1] for p in pairs])
+        return pair_sum([p[0] for p in pairs], [p[1] for p in pairs])
 
     p, p_opt = compared.coefficients(), _optimum_coefficients(optimum, compared)
-    k = int(max_exponent(np.concatenate([p.ravel(), p_opt.ravel()])))
-    distance = (float(np.linalg.norm(np.ldexp(p, -k) - np.ldexp(p_opt, -k))), k)
-    norm_opt = _norm(p_opt)
+    distance = pair_norm(p, p_opt)
+    norm_opt = pair_norm(p_opt)
     if norm_opt[0] > 0:
         relative = (distance[0] / norm_opt[0], distance[1] - norm_opt[1])
     else:
         relative = (0.0 if distance[0] == 0 else np.inf, 0)
     wanted = {
-        "p_distance": (distance, plus(_norm(p), norm_opt)),
+        "p_distance": (distance, plus(pair_norm(p), norm_opt)),
         "relative_p_distance": (relative, (1.0, 0)),
-        "training_distance": (_pow2_sqrt(squared), _pow2_sqrt(plus(size_f, size_o))),
+        "training_distance": (pair_sqrt(squared), pair_sqrt(plus(size_f, size_o))),
         "risk": (risk, plus(size_y, size_f)),
         "optimal_risk": (optimal_risk, plus(size_y, size_o)),
         "excess_risk": (excess, plus(size_y, size_f, size_o)),
@@ -776,7 +602,7 @@ def _measures(compared, optimum, Xv, lengths, Y, w):
         if name == "relative_p_distance" and np.isinf(pair[0]):
             values[name] = np.inf  # p_opt = 0 and p != 0 (documented)
             continue
-        values[name], kind = _to_float(pair, scale)
+        values[name], kind = pair_to_float(pair, scale)
         if kind is not None:
             lost.append((name, pair, kind))
     return values, lost

@@ -16,8 +16,8 @@ from sklearn_linattn import (
 )
 from sklearn_linattn._certificate import Witness
 from sklearn_linattn._features import attention_features, n_attention_features
-from sklearn_linattn._problem import solve_arrays
-from sklearn_linattn._standardize import TokenStandardizer
+from solving import solve_arrays
+from sklearn_linattn._units import TokenStandardizer
 from sklearn_linattn.datasets import make_associative_memory
 from sklearn_linattn.testing import rank_deficient_datasets
 

@@ -316,7 +316,7 @@ def test_group_statistics_of_one_pass_equal_each_groups_own_statistics():
 
 
 def test_groups_accumulated_again_when_the_map_is_refused_equal_the_mapped_ones(monkeypatch):
-    from sklearn_linattn import _standardize
+    from sklearn_linattn._units import _coordinates
 
     X, y, lengths = make_data(17, n=40)
     labels = np.arange(40) % 4
@@ -337,7 +337,7 @@ def test_groups_accumulated_again_when_the_map_is_refused_equal_the_mapped_ones(
     monkeypatch.setattr(ArraySource, "reduce", counted)
     mapped = problem()
     # Final coordinates "too far" from the first chunk's: a second pass.
-    monkeypatch.setattr(_standardize, "MAP_CONDITION", 0.5)
+    monkeypatch.setattr(_coordinates, "MAP_CONDITION", 0.5)
     again = problem()
     assert passes.count("statistics") == 1 and len(passes) == 3
     for a, b in zip(mapped.group_stats, again.group_stats):

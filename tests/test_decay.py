@@ -364,7 +364,7 @@ def test_head_decays_that_are_not_numbers_are_refused_naming_them(decays):
 def test_the_statistics_of_decayed_blocks_are_those_of_the_features(d):
     """Phi^T W Phi and Phi^T W y from the compact statistics equal those of the feature rows."""
     from sklearn_linattn._solvers import SufficientStatistics
-    from sklearn_linattn._standardize import TokenStandardizer
+    from sklearn_linattn._units import TokenStandardizer
 
     rng = np.random.default_rng(d)
     X, lengths = _padded(rng, 200, 6, d)

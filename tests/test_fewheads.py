@@ -20,7 +20,8 @@ from sklearn_linattn import (
     mhla_forward,
 )
 from sklearn_linattn._features import n_attention_features
-from sklearn_linattn._heads._bilinear import _training_data
+from sklearn_linattn._heads._bilinear import BilinearData, _validated
+from sklearn_linattn._source import standardizer_of
 from sklearn_linattn._heads._local import _coefficient_jacobian
 
 N_TOKENS = 10
@@ -110,11 +111,12 @@ def test_rows_model_and_jacobians_match_loop_references():
     lengths = ref_lengths(X)
     for readout in ("last", "all"):
         y = mhla_forward(X, V, Q, readout=readout)
-        rows = _training_data(X, y, readout, None)
+        Xv, lv, Y, w = _validated(X, y, readout, None)
+        rows = BilinearData(Xv, lv, Y, readout, w, standardizer_of(Xv, lv, Y, w))
         Vs, Qs = rows.to_standard(V, Q)
         ref = ref_forward(X, lengths, V, Q, readout)
         ref = ref if readout == "last" else ref.reshape(-1, 2)
-        np.testing.assert_allclose(np.ldexp(rows.predict(Vs, Qs), rows.target_exp), ref,
+        np.testing.assert_allclose(rows.outputs_to_user(rows.predict(Vs, Qs)), ref,
                                    rtol=1e-12)
         # The output Jacobian by central differences of the loop forward pass.
         theta = np.concatenate([Vs.ravel(), Qs.ravel()])
@@ -126,7 +128,7 @@ def test_rows_model_and_jacobians_match_loop_references():
             plus, minus = (rows.from_standard(*_split(theta + s, Vs.shape)) for s in (step, -step))
             diff = (ref_forward(X, lengths, *plus, readout)
                     - ref_forward(X, lengths, *minus, readout)).reshape(-1, 2) / (2 * h)
-            np.testing.assert_allclose(np.ldexp(J[:, i].reshape(-1, 2), rows.target_exp),
+            np.testing.assert_allclose(rows.outputs_to_user(J[:, i].reshape(-1, 2)),
                                        diff, rtol=1e-6, atol=1e-8)
     # The coefficient Jacobian J_p by central differences of ref_coefficients.
     theta = np.concatenate([V.ravel(), Q.ravel()])

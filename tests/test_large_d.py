@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from sklearn_linattn import LinearAttentionRegressor, _memory
 from sklearn_linattn._features import n_pairs, pair_indices
-from sklearn_linattn._moments import MomentPass, map_moments, standardized_rows
+from sklearn_linattn._moments import MomentPass
+from sklearn_linattn._units import map_moments, standardized_rows
 from sklearn_linattn._solvers.cg import cg_cache_dtype
 from sklearn_linattn.datasets import make_random_mhla
 
@@ -133,7 +134,7 @@ def test_the_gram_expanded_whole_or_by_its_upper_triangle(d, decays):
     """Both expansions of the compact statistics against the feature rows' ``Phi^T W Phi``."""
     from sklearn_linattn._memory import real_tokens
     from sklearn_linattn._solvers import SufficientStatistics
-    from sklearn_linattn._standardize import TokenStandardizer
+    from sklearn_linattn._units import TokenStandardizer
 
     from reference import ref_decayed_features
 

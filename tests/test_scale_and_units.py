@@ -1,6 +1,6 @@
 """Scale, units and linear maps of the tokens do not change fits, verdicts or predictions.
 
-Every solver works on standardized tokens (``sklearn_linattn._standardize``):
+Every solver works on standardized tokens (``sklearn_linattn._units``):
 exact power-of-two scales per coordinate, then whitening.  These tests hold
 the package to the resulting contract, on the reproducers that used to fail
 (lsmr stopping after one iteration at ``X * 1e-6``, cg returning zero
@@ -24,7 +24,7 @@ from sklearn_linattn import (
     certify_identifiability,
     mhla_forward,
 )
-from sklearn_linattn._problem import solve_arrays
+from solving import solve_arrays
 from sklearn_linattn.datasets import make_associative_memory
 
 SOLVERS = ["eigh", "cholesky", "svd", "dual", "cg", "lsmr"]

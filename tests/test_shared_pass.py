@@ -141,7 +141,7 @@ def test_shared_pass_fit_matches_eigh(alpha):
 
 def test_diagnostics_record_the_shared_pass():
     """The solver's phase record agrees with its own counts and clock."""
-    from sklearn_linattn._problem import solve_arrays
+    from solving import solve_arrays
 
     rng = np.random.default_rng(41)
     X = rng.normal(size=(400, 5, 4))

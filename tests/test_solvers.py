@@ -34,7 +34,7 @@ from sklearn_linattn._solvers import (
     choose_solver,
     solve_statistics,
 )
-from sklearn_linattn._problem import solve_arrays
+from solving import solve_arrays
 from sklearn_linattn.testing import rank_deficient_datasets, realizable_datasets
 
 DIRECT = ["eigh", "cholesky", "svd", "dual"]

@@ -18,7 +18,7 @@ from sklearn_linattn._features import (
     prefix_features,
     sparse_feature_rows,
 )
-from sklearn_linattn._problem import solve_arrays
+from solving import solve_arrays
 from sklearn_linattn.datasets import make_dfa_execution
 
 

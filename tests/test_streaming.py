@@ -116,13 +116,13 @@ def test_partial_fit_errors():
         LinearAttentionRegressor().partial_fit(X, y, sample_weight=np.zeros(40))
 
 
-def test_fit_statistics_from_merged_blocks():
+def test_statistics_of_merged_blocks_equal_the_whole():
     rng = np.random.default_rng(4)
     X, lengths, y = _data(rng, 150, 6, 4, readout="all")
     Xv, lengths = check_sequences(X)
     Y, _ = check_targets(y[..., 0], lengths, Xv.shape[1], readout="all")
-    # Blocks accumulated in the standardized coordinates of the whole data
-    # give the whole fit, certificate numbers included.
+    # Blocks accumulated in the standardized coordinates of the whole data sum
+    # to the statistics of the whole (a block of one sequence included).
     standardizer = standardizer_of(Xv, lengths, Y)
     blocks = [
         SufficientStatistics(4, 1, standardizer=standardizer).update(
@@ -130,26 +130,11 @@ def test_fit_statistics_from_merged_blocks():
         for sl in (slice(0, 40), slice(40, 41), slice(41, 150))
     ]
     stats = blocks[0].merge(blocks[1]).merge(blocks[2])
-    model = LinearAttentionRegressor(readout="all")._fit_statistics(stats, single_output=True)
-    whole = LinearAttentionRegressor(readout="all").fit(X, y[..., 0])
-    _same_model(model, whole)
-    # In the data's own coordinates (no standardizer): the same function and verdict.
-    raw = SufficientStatistics(4, 1).update(Xv, lengths, Y, readout="all")
-    plain = LinearAttentionRegressor(readout="all")._fit_statistics(raw, single_output=True)
-    assert bool(plain.certificate_) == bool(whole.certificate_)
-    np.testing.assert_allclose(plain.predict(X), whole.predict(X), rtol=1e-8, atol=1e-10)
-    assert model.predict(X).shape == y.shape[:2]
-    assert model.certificate_._layout.n_tokens == X.shape[1]
-    with pytest.raises(ValueError, match="readout='all', but this estimator has "
-                                         "readout='last'"):
-        LinearAttentionRegressor()._fit_statistics(stats)
-    with pytest.raises(ValueError, match="stats must hold targets"):
-        LinearAttentionRegressor()._fit_statistics(SufficientStatistics(4))
-    with pytest.raises(ValueError, match=r"solver must be one of \('auto', 'eigh', "
-                                         r"'cholesky'\) to fit from sufficient statistics"):
-        LinearAttentionRegressor(readout="all", solver="cg")._fit_statistics(stats)
-    with pytest.raises(TypeError, match="stats must be a SufficientStatistics"):
-        LinearAttentionRegressor()._fit_statistics(np.eye(3))
+    whole = SufficientStatistics(4, 1, standardizer=standardizer).update(
+        Xv, lengths, Y, readout="all")
+    np.testing.assert_allclose(stats.gram, whole.gram, rtol=1e-12, atol=1e-12 * whole.gram.max())
+    np.testing.assert_allclose(stats.moment, whole.moment, rtol=1e-12, atol=1e-12)
+    assert (stats.n_rows, stats.weight_sum) == (whole.n_rows, whole.weight_sum)
 
 
 @pytest.fixture

@@ -1,9 +1,4 @@
-"""The certificate: verdict, the numbers behind it, and what follows at new inputs.
-
-:class:`IdentifiabilityCertificate` holds one representation of ``Lambda_D``
-(:mod:`._rowspace`) and the few facts about the training data its answers
-need; how the solver represented ``Lambda_D`` is the row space's business.
-"""
+"""The certificate: verdict, the numbers behind it, and what follows at new inputs."""
 
 from typing import NamedTuple
 
@@ -12,8 +7,7 @@ import scipy.sparse
 
 from .._features import attention_features, prefix_features, sparse_feature_rows
 from .._memory import sample_chunks, real_tokens
-from .._standardize import TokenStandardizer, scale_per_sample
-from .._standardize import ldexp
+from .._units import TokenStandardizer, pow2_scale, scale_per_sample
 from .._validation import check_sequences
 from .._params import check_number
 from ._rowspace import row_space_from_solution
@@ -47,7 +41,8 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
 
     Do not build one directly: use :func:`certify_identifiability`, or read
     ``LinearAttentionRegressor.certificate_`` after a fit.  The object is
-    truthy if and only if the certificate holds.
+    truthy if and only if the certificate holds.  See the user guide's
+    :doc:`/certificate` page.
 
     Attributes
     ----------
@@ -55,81 +50,47 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         ``min_eigenvalue - min_eigenvalue_error > tol``: every empirical risk
         minimizer computes the same function on every input of every length.
     min_eigenvalue : float
-        Smallest eigenvalue of ``Lambda_D = (1/N) Phi^T Phi``, with ``Phi``
-        the N feature rows of the standardized tokens (``standardization``:
-        whitened to unit second moment, the off-diagonal moments weighted by
-        sqrt(2)), so that it is the same for X, ``c * X`` and ``X @ A`` for
-        any invertible A.  For tokens whose second moment is the identity it
-        lies between the paper's lambda_min (Algorithm 2 features) and twice
-        it.  With sample weights, ``Lambda_D = Phi^T W Phi / sum(w)``.
+        Smallest eigenvalue of ``Lambda_D`` of the standardized tokens
+        (``standardization``): the same for X, ``c * X`` and ``X @ A``.
     min_eigenvalue_error : float
         Bound on the error of ``min_eigenvalue`` beyond rounding: 0 for the
-        direct solvers ("eigh", "svd", "dual", "lsmr"; their error is
-        rounding, about ``psi * eps * max_eigenvalue``); the relative Lanczos
-        accuracy 1e-10 times the value for "cholesky".  For "cg",
-        ``min_eigenvalue`` is a Rayleigh quotient (never below the true
-        lambda_min) and ``min_eigenvalue - min_eigenvalue_error`` a lower
-        bound that holds except with probability 8e-4 over the certificate's
-        random probes (two standard normal probes solved with the fit, the
-        chi-squared bound of the theory page; refined by LOBPCG when it
-        leaves the verdict open), so the two
-        bracket lambda_min; values and residuals are float64 even on a
-        float32 cache.  The user guide's theory page describes the bounds and
-        how tight they are.
+        direct solvers; ``min_eigenvalue - min_eigenvalue_error`` is a lower
+        bound (:ref:`certificate-solvers`).
     max_eigenvalue : float
         Largest eigenvalue of ``Lambda_D``.
     standardization : TokenStandardizer
-        The standardized coordinates the spectrum is computed in:
-        ``standardization.transform(X)`` gives the standardized tokens, and
-        ``covers``, ``error_bound`` and ``witness`` standardize their inputs
-        alike (their answers are in the data's own units).
+        The standardized coordinates of the spectrum; ``covers``,
+        ``error_bound`` and ``witness`` answer in the data's own units.
     eigenvalues : ndarray of shape (psi,) or None
-        All eigenvalues of ``Lambda_D``, in decreasing order (clipped at 0).
-        With solver "cholesky" they are computed on first access (a dense
-        eigenvalue decomposition, O(psi^3)); with "cg" they are never
-        computed (None).
+        All eigenvalues of ``Lambda_D``, decreasing, clipped at 0; None with
+        solver "cg".
     tol : float
-        The threshold used: eigenvalues ``<= tol`` count as zero.  By default
-        ``max_eigenvalue * psi * max(eps64, eps_in**2)``, see Notes of
-        :func:`certify_identifiability`.
+        The threshold used: eigenvalues ``<= tol`` count as zero.
     rank : int
         Number of eigenvalues above ``tol``; ``rank == n_features`` iff
-        identifiable.  With solver "cg" on a design that is not identifiable
-        only an upper bound (``rank_is_bound``).
+        identifiable.  An upper bound when ``rank_is_bound``.
     rank_is_bound : bool
-        Whether ``rank`` is an upper bound rather than the rank.
+        Whether ``rank`` is an upper bound rather than the rank ("cg" on a
+        design that is not identifiable).
     n_features : int
         Number of cubic features psi = d**2 (d + 1) / 2, plus ``n_terms``.
     n_terms : int
-        Number of intercept and skip columns of a model fitted with
-        ``fit_intercept`` / ``fit_skip`` (1 + d with both; 0 without).  The
-        certificate is then about the whole linear class: it holds iff
-        Lambda_D's verdict holds and the term columns are determined
-        (``term_min_eigenvalue`` above its rounding threshold, see the user
-        guide); ``rank`` counts both.
+        Number of intercept and skip columns (1 + d with both, 0 without);
+        ``rank`` and the verdict then cover them too.
     term_min_eigenvalue : float or None
-        Smallest eigenvalue of the term columns' Schur complement
-        ``E^T W (I - Pi) E`` relative to ``E^T W E`` (``Pi`` the projection on
-        the span of the attention features over the training rows): the least
-        fraction of any combination of the term columns that attention cannot
-        reproduce, in [0, 1].  None without terms.
+        Least fraction, in [0, 1], of any combination of the term columns
+        that attention cannot reproduce on the training rows; None without terms.
     n_features_in : int
         Token dimension d.
     n_samples : int
         Number of training sequences.
     n_rows : int
-        Number N of feature rows: ``n_samples`` for ``readout="last"``, the
-        number of real tokens (one row per prefix) for ``readout="all"``;
-        rows of weight zero do not count.
+        Number N of feature rows of positive weight: one per sequence for
+        ``readout="last"``, one per real token for ``readout="all"``.
     weight_sum : float
         Sum of the row weights (``n_rows`` without sample weights).
     method : str
-        The solver whose spectrum the certificate reads: "eigh", "svd" and
-        "dual" keep eigenvectors (what ``covers``, ``error_bound`` and
-        ``witness`` use; psi x rank floats), "cholesky" keeps the Cholesky factor of the Gram matrix
-        instead (same size), "cg" keeps the eigenvector of lambda_min only,
-        "lsmr" keeps eigenvectors in the coordinates of the m active columns
-        (m x rank floats; the inactive columns are null directions).
+        The solver whose spectrum the certificate reads.
     readout : {"last", "all"}
         Which feature rows the certificate is about.
     dtype : numpy dtype
@@ -150,16 +111,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
 
     def __init__(self, row_space, stats, *, readout, standardizer=None, layout=_Layout(),  # numpydoc ignore=PR01,EX01
                  coef=None, terms=None):
-        """Built by :meth:`_from_solution`.
-
-        ``row_space`` is the solver's representation of Lambda_D at the
-        certificate's threshold (``_rowspace``); ``stats`` gives the token
-        dimension, the row and sample counts and the dtype; ``layout`` says
-        how inputs of ``covers`` / ``error_bound`` are read and how long the
-        witness input is; ``coef`` is the fitted standardized model, the
-        witness's ``model_a``; ``terms`` (a ``_terms.TermSpace``) the
-        intercept and skip columns of a model fitted with them.
-        """
+        """Built by :meth:`_from_solution`; ``coef`` is the fitted standardized model, if any."""
         self._row_space = row_space
         self._terms = terms
         self.n_features_in = int(stats.d)
@@ -197,37 +149,8 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     ):
         """Certificate from the spectrum a fit already computed (no second pass).
 
-        Parameters
-        ----------
-        solution : SpectralSolution
-            From :func:`sklearn_linattn._solvers.solve` or
-            :func:`~sklearn_linattn._solvers.solve_statistics`: what its solver
-            computed of the spectrum of ``Phi^T W Phi`` and the tolerance on it.
-        stats : SufficientStatistics
-            The statistics the solution came from (row and sample counts,
-            weights, dtype).
-        readout : {"last", "all"}
-            Readout the feature rows were built for.
-        tol : float or None
-            Threshold on the eigenvalues of ``Lambda_D``; None uses the fit's
-            ``solution.tol / W``, W the weight sum (the same rule, in
-            Lambda_D's units).
-        token_dim : int or None
-            How 2-D input to ``covers`` / ``error_bound`` is reshaped.
-        data_format : {"channels_last", "channels_first"}
-            Layout of the inputs of ``covers`` / ``error_bound`` and of the
-            witness input.
-        n_tokens : int or None
-            Length of the witness input (default: the token dimension plus one).
-        coef : ndarray of shape (d_out, psi) or None
-            Fitted coefficients of the standardized problem
-            (``solution.coef``); when given, the witness's
-            ``model_a`` is this fitted model.
-        terms : TermSpace or None
-            The intercept and skip columns of the fit (``_terms``), if any.
-        row_space : RowSpace or None
-            ``row_space_from_solution(solution, stats, tol)`` when the caller
-            built it already (to share it).
+        ``tol=None`` uses the fit's ``solution.tol / W``; ``coef``, when given,
+        is the witness's ``model_a``; ``row_space`` may be passed to share it.
         """
         if row_space is None:
             row_space = row_space_from_solution(solution, stats, tol)
@@ -250,7 +173,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         15.0
         """
         # The row space's W is in the standardized weights' units.
-        return float(np.ldexp(self._row_space.weight_sum, self.standardization.weight_exponent))
+        return self.standardization.weights_to_user(self._row_space.weight_sum)
 
     @property
     def eigenvalues(self):
@@ -268,12 +191,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         return self._row_space.eigenvalues
 
     def _quadratic(self, C):
-        """``c^T Lambda_D c`` for each row c of C (..., psi) in the certificate's coordinates.
-
-        The excess empirical risk of coefficients ``c* + c`` over a minimizer
-        ``c*`` (and the explained energy of ``c*`` itself); None when the
-        certificate holds no representation of ``Lambda_D`` (``"cg"``).
-        """
+        """``c^T Lambda_D c`` for each row c of C (..., psi), or None with solver "cg"."""
         return self._row_space.quadratic(np.atleast_2d(np.asarray(C, dtype=np.float64)))
 
     # ------------------------------------------------------------------ display
@@ -375,14 +293,10 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     # ------------------------------------------------------------------ per input
 
     def _input_rows(self, X_new):
-        """Per sequence of X_new: covered (bool), the largest leverage and its scale.
+        """Per sequence of X_new: covered (bool), the largest leverage and its scale f.
 
-        The inputs are standardized like the training data and each sequence
-        is then scaled by a power of two ``2**-f`` into [1, 2), so that its
-        features can be formed at any magnitude: the leverage of the
-        sequence is ``leverage * 2**(6 f)`` (returned apart, since it may
-        exceed float64) and its coverage is decided on the scaled features
-        with the absolute allowance scaled alike.
+        The sequence's leverage is ``leverage * 2**(6 f)``, returned apart
+        since it may exceed float64.
         """
         X, lengths = check_sequences(
             X_new, token_dim=self._layout.token_dim, data_format=self._layout.data_format,
@@ -432,19 +346,14 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         return covered, leverage, scale
 
     def _with_terms(self, X, lengths, H, f, row_cov, lev):
-        """Coverage and leverage of rows with their intercept and skip columns.
-
-        The leverage of the whole row ``[e, h]`` is ``h^T Lambda_D^+ h`` plus
-        that of the term residual ``r = e - c_E h`` in ``K / W`` (block
-        elimination); both are returned at the sequence's scale ``2**-f``.
-        """
+        """Coverage and leverage of rows with their intercept and skip columns (at ``2**-f``)."""
         terms = self._terms
         E = terms.terms.standardized_rows(X, lengths, self.readout, self.standardization)
         E = E[:, None, :] if self.readout == "last" else E
         with np.errstate(over="ignore", invalid="ignore"):
-            R = terms.residuals(E, ldexp(H, 3 * f[:, None, None]))
+            R = terms.residuals(E, pow2_scale(H, 3 * f[:, None, None]))
             lev_terms = terms.leverage(R)
-            lev = lev + ldexp(lev_terms, -6 * f[:, None])
+            lev = lev + pow2_scale(lev_terms, -6 * f[:, None])
         cov = row_cov & terms.covered(R, E)
         if self.readout == "all":  # padded rows have no term columns
             pad = ~real_tokens(lengths, X.shape[1])
@@ -455,9 +364,10 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
 
-        An input Z is covered when its feature vector H(Z) lies in the span of
-        the training feature rows; then ``<c1 - c2, H(Z)> = 0`` for any two
-        minimizers c1, c2, whether or not the global certificate holds.
+        An input is covered when its feature vector lies in the span of the
+        training feature rows, up to the certificate's tolerance
+        (:ref:`certificate-coverage`); then all minimizers agree on it, whether
+        or not the certificate holds.  When it holds, every input is covered.
 
         Parameters
         ----------
@@ -467,42 +377,14 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         Returns
         -------
         covered : ndarray of bool, shape (n_samples,)
-            With ``readout="last"``: whether H(Z) of the whole sequence is in
-            the training span.  With ``readout="all"``: whether the features
-            of *every* prefix are, i.e. whether all minimizers agree at every
-            position of the sequence.
+            With ``readout="last"``: whether the whole sequence's features are
+            in the training span.  With ``readout="all"``: whether the features
+            of every prefix are.
 
-        Notes
-        -----
-        "In the span" uses the certificate's tolerance.  With ``U_0`` the
-        eigenvectors of ``Lambda_D`` whose eigenvalues are ``<= tol`` (in the
-        standardized coordinates of ``standardization``), an input with
-        features h is covered when
-
-            ||U_0^T h||**2 <= max(tol, r) * h^T Lambda_D^+ h + (r / lambda_max) * ||h||**2,
-
-        with ``r`` the threshold of the package's rule (``r = tol`` unless a
-        ``tol`` was passed) and ``Lambda_D^+`` over the eigenvalues above
-        tol.  The first term is what an input exactly in the span of the
-        training rows can show in those directions (if ``h = Phi^T b``,
-        ``||U_0^T h||**2 <= N tol ||b||**2`` and the smallest such
-        ``||b||**2`` is ``h^T Lambda_D^+ h / N``); the second allows rounding
-        relative to the input itself.  Both scale like ``||h||**2``, so the
-        answer does not depend on the scale of X_new (nor, through the
-        standardization, on the units of the data).  Training inputs are
-        covered, unless a ``tol`` declares directions they use undetermined
-        (with a ``tol`` above every eigenvalue nothing is covered).  When the
-        certificate holds there are no such directions and every input is
-        covered.  A failed certificate from ``solver="cg"`` cannot answer (it
-        has one null direction, not the null space) and raises a ValueError.
-
-        Inputs whose entries are mostly zero (at most a quarter, e.g. one-hot
-        tokens) get sparse feature rows when psi >= 1000; the null energy is
-        then ``||h||**2 - 2 p.p + p^T (U^T U) p`` with ``p = U^T h`` for the
-        row basis U, whose cancellation error (a few ``eps * ||h||**2``) is
-        far below the rule's relative allowance.  Same answers, at the cost
-        of the non-zeros (600 held-out prefixes of a DFA executor at psi =
-        22 050: 0.02 s instead of 0.4 s).
+        Raises
+        ------
+        ValueError
+            On a failed certificate whose solver found no null space ("cg").
 
         Examples
         --------
@@ -524,51 +406,30 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
     def error_bound(self, X_new, epsilon):
         """How far two epsilon-approximate empirical risk minimizers can disagree.
 
+        The bound is ``2 sqrt(epsilon * h^T Lambda_D^+ h)`` at features h,
+        attained by some pair of models (coarser with solver "cg"; see
+        :ref:`certificate-error-bound`).
+
         Parameters
         ----------
         X_new : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
             Inputs at which to bound the disagreement.
         epsilon : float >= 0
             Excess empirical risk allowed to each model: ``R(c) - min R <=
-            epsilon`` with ``R(c) = (1/N) sum_rows ||y_row - c H_row||**2``,
-            the squared error summed over outputs and averaged over the N
-            training feature rows (for one output, the mean squared error of
-            :func:`sklearn.metrics.mean_squared_error`; with ``readout="all"``
-            averaged over every real position).
+            epsilon``, with R the (weighted) mean over the training feature rows
+            of the squared error summed over outputs.
 
         Returns
         -------
         bound : ndarray of shape (n_samples,)
-            ``bound[i] >= ||f_1(Z_i) - f_2(Z_i)||`` (Euclidean norm over
-            outputs) for any two linear-attention models ``f_1, f_2`` whose
-            excess risk is at most epsilon.  ``readout="all"``: the largest
-            bound over the positions of the sequence.  ``inf`` at inputs that
-            are not covered (see :meth:`covers`), where exact minimizers
-            already disagree arbitrarily.
+            ``bound[i] >= ||f_1(Z_i) - f_2(Z_i)||`` for any two such models; the
+            largest over the positions with ``readout="all"``; ``inf`` at inputs
+            that are not covered (see :meth:`covers`).
 
-        Notes
-        -----
-        The empirical risk is quadratic, so at any minimizer ``c*`` the excess
-        risk of ``c`` is exactly ``(c - c*)^T Lambda_D (c - c*)`` (per output,
-        summed).  Two models within epsilon of the minimum thus satisfy
-        ``||c1 - c2||_Lambda <= 2 sqrt(epsilon)``, and for h = H(Z) in the
-        span of Lambda_D, Cauchy-Schwarz in the Lambda_D metric gives
-
-            ||f_1(Z) - f_2(Z)|| <= 2 sqrt(epsilon * h^T Lambda_D^+ h)
-
-        which is what is returned (``Lambda_D^+`` over eigenvalues above
-        ``tol``).  It is attained by some pair, and it implies the coarser
-        forms ``2 sqrt(epsilon / lambda_min) ||H(Z)||`` and, because
-        ``||H(Z)|| <= ||S||_F ||x_last|| <= ||Z||_F**3``,
-        ``2 sqrt(epsilon / lambda_min) ||Z||_F**3``.  Squared, that is the
-        paper's Lemma A.7, ``(epsilon / lambda_min) ||Z||_F**6``, with a
-        factor 4 for two models each within epsilon of the minimum.
-
-        With sample weights R is the weighted mean ``(1/W) sum_rows w_row
-        ||...||**2``.  A certificate from ``solver="cg"`` has no inverse of
-        Lambda_D and returns the coarser ``2 sqrt(epsilon / lambda_min)
-        ||H(Z)||`` (still a bound, not attained; lambda_min is lowered by its
-        error bound); on a failed one it raises a ValueError.
+        Raises
+        ------
+        ValueError
+            On a failed certificate whose solver found no null space ("cg").
 
         Examples
         --------
@@ -583,7 +444,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         epsilon = _check_epsilon(epsilon)
         covered, leverage, scale = self._input_rows(X_new)
         out = np.full(covered.shape, np.inf)
-        out[covered] = np.ldexp(2.0 * np.sqrt(epsilon * leverage[covered]), 3 * scale[covered])
+        out[covered] = pow2_scale(2.0 * np.sqrt(epsilon * leverage[covered]), 3 * scale[covered])
         return out
 
     # ------------------------------------------------------------------ witness
@@ -600,26 +461,15 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         Returns
         -------
         witness : Witness
-            ``model_a`` and ``model_b`` as ``(V, Q)`` pairs and one ``input``
-            sequence.  Their coefficients differ by a multiple of a null
-            vector w of the training features, so their outputs on every
-            training input agree to rounding (up to ``sqrt(N * tol) * ||w||``
-            in exact terms); at the last position of ``input`` they differ by
-            ``a * ||H(input)||`` in every output, with ``a`` the largest row
-            norm of model_a's coefficients (both in the standardized
-            coordinates, ``standardization``; the outputs are in the units of
-            the targets), as large as model_a's own output there can be.
-            ``model_a`` is the fitted model when the certificate is a
-            regressor's ``certificate_``, otherwise a random one.  The input
-            is never covered (:meth:`covers`).  With ``solver="cg"`` the null
-            vector is the computed eigenvector of lambda_min (the training
-            outputs then differ by at most ``sqrt(W * (min_eigenvalue +
-            min_eigenvalue_error))`` times the shift's size).
+            ``model_a`` (the fitted model for a regressor's ``certificate_``,
+            else a random one), ``model_b`` and an ``input`` that is never
+            covered, where they differ (:ref:`certificate-witness`).
 
         Raises
         ------
         ValueError
-            If the certificate holds: then no two minimizers differ anywhere.
+            If the certificate holds (no two minimizers differ anywhere), or if
+            no random candidate input leaves the training span.
 
         Examples
         --------

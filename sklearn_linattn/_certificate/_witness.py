@@ -19,12 +19,7 @@ _WITNESS_LENGTHS = 4
 
 
 def _candidate_length(layout, d, standardizer):
-    """Length of the first candidate inputs: the training length, at least 2.
-
-    One token reaches only symmetric monomials; with K decays the blocks
-    differ only through K distinct distances, so candidates have at least
-    K + 1 tokens.
-    """
+    """First candidate length: the training length, at least 2 (K + 1 with K decays)."""
     return max(layout.n_tokens or d + 1, 2, standardizer.n_blocks + 1)
 
 
@@ -41,11 +36,9 @@ class Witness:  # numpydoc ignore=PR01
     """Two attention models that a failed certificate cannot tell apart.
 
     Returned by :meth:`~sklearn_linattn.IdentifiabilityCertificate.witness`,
-    not constructed directly.
-    Both models give the same outputs on every training input (to rounding:
-    their coefficient difference lies in the numerical null space of the
-    training features), and clearly different outputs at the last position
-    of ``input``.
+    not constructed directly.  Both models give the same outputs on every
+    training input (to rounding), and clearly different outputs at the last
+    position of ``input`` (:ref:`certificate-witness`).
 
     Attributes
     ----------
@@ -58,18 +51,14 @@ class Witness:  # numpydoc ignore=PR01
         One sequence on which the two models disagree ((d, n_tokens) for a
         certificate of ``data_format="channels_first"`` data).
     null_vector : ndarray of shape (psi,)
-        Unit vector of folded coefficients, in the null space of the training
-        features, along which the two models differ: ``p(model_b) - p(model_a)``
-        is a multiple of it in every output row (zero when only the intercept
-        and skip terms differ and attention cannot reproduce them at all).
+        Unit null vector of the training features: ``p(model_b) - p(model_a)``
+        is a multiple of it in every output row (zero when only the terms differ).
     terms_a, terms_b : tuple (intercept, skip) or None
-        For a model fitted with ``fit_intercept`` / ``fit_skip``: each model's
-        intercept (d_out,) and skip coefficients (d_out, d), added to its
-        attention output (``b + W x_last``).  They differ when the training
-        data do not separate the terms from attention.  None without terms.
+        Each model's intercept (d_out,) and skip coefficients (d_out, d) for
+        a model with ``fit_intercept`` / ``fit_skip``; None without terms.
     decays_a, decays_b : ndarray of shape (n_heads,) or None
-        For a model with decays: the decay of each head of ``model_a`` and
-        ``model_b`` (``mhla_forward(..., decays=decays_a)``).  None without.
+        The decay of each head of ``model_a`` and ``model_b`` for a model with
+        decays (``mhla_forward(..., decays=decays_a)``); None without.
 
     Examples
     --------
@@ -106,22 +95,8 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
                  terms=None):
     """The witness of a failed certificate (see ``IdentifiabilityCertificate.witness``).
 
-    Parameters
-    ----------
-    row_space : RowSpace
-        The certificate's representation of ``Lambda_D`` (not identifiable).
-    standardizer : TokenStandardizer
-        The standardized coordinates everything here is computed in.
-    layout : _Layout
-        The witness input's length (``n_tokens``) and layout (``data_format``).
-    d : int
-        Token dimension.
-    coef : ndarray of shape (d_out, psi) or None
-        Fitted standardized coefficients, the base model; None: a random one.
-    random_state : int, RandomState instance or None
-        Seeds the candidate inputs (and the random base model).
-    terms : TermSpace or None
-        The fit's intercept and skip columns; both models keep them.
+    ``coef`` (standardized, d_out x psi) is the base model, None for a random
+    one; ``terms`` are the fit's intercept and skip columns, kept by both models.
     """
     rng = validate_random_state(random_state)
     n_tokens = _candidate_length(layout, d, standardizer)
@@ -169,7 +144,7 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
     if terms is not None:
         beta = (terms.beta if terms.beta.shape[1] == coef.shape[0]
                 else np.zeros((terms.n_terms, coef.shape[0])))
-        shared = terms.terms.to_user(beta, st, coef.shape[0])
+        shared = st.terms_to_user(beta, terms.terms, coef.shape[0])
     Va, Qa, decays_a = block_heads(st.folded(coef), d, st.decays)
     Vb, Qb, decays_b = block_heads(st.folded(coef_b), d, st.decays)
     return Witness(
@@ -182,15 +157,7 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
 
 
 def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_state=None):
-    """The witness when attention is determined but the intercept or skip terms are not.
-
-    Along an undetermined term direction u (``K u = 0``), the models
-    ``(beta, c)`` and ``(beta + t u, c - t u^T c_E)`` agree on every training
-    row; at an input they differ by ``t u . (e - c_E h)``.  The input is the
-    candidate where that is largest relative to its term residual; t makes
-    the difference as large as model_a's own output there (at least 1 in the
-    standardized units of the targets).
-    """
+    """The witness when attention is determined but the intercept or skip terms are not."""
     rng = validate_random_state(random_state)
     st = standardizer
     n_tokens = _candidate_length(layout, d, st)
@@ -222,6 +189,6 @@ def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_s
         decays_a=decays_a, decays_b=decays_b,
         input=to_data_format(Zu[best][None], layout.data_format)[0],
         null_vector=user_null / norm if norm > 0 else user_null,
-        terms_a=terms.terms.to_user(beta, st, d_out),
-        terms_b=terms.terms.to_user(beta_b, st, d_out),
+        terms_a=st.terms_to_user(beta, terms.terms, d_out),
+        terms_b=st.terms_to_user(beta_b, terms.terms, d_out),
     )

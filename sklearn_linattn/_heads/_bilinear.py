@@ -1,17 +1,10 @@
-"""The data of a few-head fit and of its local certificate, and the bilinear model on them.
-
-One row r per sequence (readout ``"last"``) or per real position (``"all"``):
-the second moment ``S_r`` of the tokens up to it, unfolded (d x d), the row's
-token ``x_r``, its targets and the square root of its weight, in coordinates
-scaled by powers of two (or already standardized by the package); the
-model ``y_r = sum_h V_h S_r Q_h x_r`` on them and its designs and Jacobian.
-"""
+"""Rows of a few-head fit and its local certificate; the model y_r = sum_h V_h S_r Q_h x_r."""
 
 import numpy as np
 
 from .._features import pair_indices
-from .._memory import real_tokens, resolve_budget
-from .._standardize import exponent, max_exponent
+from .._memory import real_tokens, resolve_budget, zero_padding
+from .._units import NO_EXPONENT, rescale_heads
 from .._validation import check_readout, check_sample_weight, check_sequences, check_targets
 
 __all__ = ["BilinearData", "fit_heads_memory", "fit_heads_work"]
@@ -22,48 +15,32 @@ _MAX_START_ENTRIES = 2**24
 
 
 class BilinearData:
-    """Standardized training rows: moments S (R, d, d), queries x (R, d), targets, weights.
+    """Rows in standardized coordinates, one per sequence or real position: S_r, x_r, Y, sqrt(w).
 
-    Tokens are scaled per coordinate, targets per output, by the powers of two
-    nearest their root mean square (``token_exp``, ``target_exp``): exact, so
-    heads map back to the data's units without rounding.
+    Mapped by ``standardizer``, or already standardized (:meth:`standardized`: no standardizer).
     """
 
-    def __init__(self, X, lengths, Y, readout, weight):
+    def __init__(self, X, lengths, Y, readout, weight, standardizer):
         n_samples, n_tokens, d = X.shape
-        real = real_tokens(lengths, n_tokens)
-        w_tok = np.broadcast_to(weight[:, None], real.shape)[real]
-        tokens = X[real]
-        if w_tok.sum() > 0:
-            rms = np.sqrt(np.average(tokens**2, axis=0, weights=w_tok))
-        else:
-            rms = np.sqrt(np.mean(tokens**2, axis=0))
-        self.token_exp = exponent(rms)
-        Xs = np.ldexp(X, -self.token_exp)
+        st = self.standardizer = standardizer
+        Xs = st.transform(zero_padding(X, lengths))
+        Yr, w = st.transform_targets(Y), st.transform_weights(weight)
         if readout == "last":
             self.S = np.matmul(Xs.transpose(0, 2, 1), Xs)
             self.x = Xs[np.arange(n_samples), lengths - 1]
-            Yr, w = Y, weight
         else:
+            real = real_tokens(lengths, n_tokens)
             S = np.cumsum(Xs[:, :, :, None] * Xs[:, :, None, :], axis=1)
             self.S, self.x = S[real], Xs[real]
-            Yr, w = Y[real], np.broadcast_to(weight[:, None], real.shape)[real]
+            Yr, w = Yr[real], np.broadcast_to(w[:, None], real.shape)[real]
         keep = w > 0
-        self.S, self.x, Yr, w = self.S[keep], self.x[keep], Yr[keep], w[keep]
-        rms_y = np.sqrt(np.average(Yr**2, axis=0, weights=w)) if w.size else np.zeros(
-            Yr.shape[1])
-        self.target_exp = exponent(rms_y)
-        self.Y = np.ldexp(Yr, -self.target_exp)
+        self.S, self.x, self.Y, w = self.S[keep], self.x[keep], Yr[keep], w[keep]
         self.sqrt_w = np.sqrt(w)
-        self.n_rows, self.d_out, self.d = Yr.shape[0], Yr.shape[1], d
+        self.n_rows, self.d_out, self.d = self.Y.shape[0], self.Y.shape[1], d
 
     @classmethod
     def standardized(cls, rows, pair_weights):
-        """Rows already in the package's standardized coordinates (:class:`~._moments.Rows`).
-
-        The folded moments of the symmetric embedding are unfolded (the pairs
-        j < k divided by their weight); nothing is scaled again.
-        """
+        """Rows a fit standardized already (``FeatureRows``), their folded moments unfolded."""
         self = cls.__new__(cls)
         n, P = rows.S.shape
         d = rows.x.shape[1]
@@ -76,22 +53,25 @@ class BilinearData:
         self.S, self.x = S, np.asarray(rows.x, dtype=np.float64)
         self.Y = np.asarray(rows.Y, dtype=np.float64)
         self.sqrt_w = np.sqrt(w)
-        self.token_exp = np.zeros(d, dtype=np.int64)
-        self.target_exp = np.zeros(self.Y.shape[1], dtype=np.int64)
+        self.standardizer = None
         self.n_rows, self.d_out, self.d = n, self.Y.shape[1], d
         return self
 
     # -- heads between the data's units and these coordinates (exact) --------
     def to_standard(self, V, Q):
-        e, f = self.token_exp, self.target_exp
-        return (np.ldexp(V, e[None, None, :] - f[None, :, None]),
-                np.ldexp(Q, e[None, :, None] + e[None, None, :]))
+        """Heads in the data's units -> the same heads on these rows."""
+        st = self.standardizer
+        Vs, Qs, c = st.heads_from_user(V, Q, st.y_exponents)
+        c = np.where(c != NO_EXPONENT, c, 0)
+        return rescale_heads(Vs, Qs, mv=-(c // 2), mq=-(c - c // 2))
 
     def from_standard(self, V, Q):
-        e, f = self.token_exp, self.target_exp
-        V = np.ldexp(V, f[None, :, None] - e[None, None, :])
-        Q = np.ldexp(Q, -e[None, :, None] - e[None, None, :])
-        return _balance_pow2(V, Q)
+        """Heads on these rows -> the same heads in the data's units."""
+        return self.standardizer.heads_to_user(V, Q)
+
+    def outputs_to_user(self, Y):
+        """Outputs on these rows (..., d_out) in the data's units."""
+        return self.standardizer.outputs_to_user(Y)
 
     # -- the model on these rows ---------------------------------------------
     def contexts(self, Q):
@@ -133,15 +113,6 @@ class BilinearData:
         return H.reshape(self.n_rows, -1) * self.sqrt_w[:, None]
 
 
-def _balance_pow2(V, Q):
-    """Each head rescaled by a power of two so that its V and Q have similar size."""
-    n_heads = V.shape[0]
-    eV = max_exponent(V.reshape(n_heads, -1), axis=1)
-    eQ = max_exponent(Q.reshape(n_heads, -1), axis=1)
-    m = (eV - eQ) // 2
-    return np.ldexp(V, -m[:, None, None]), np.ldexp(Q, m[:, None, None])
-
-
 def _validated(X, y, readout, sample_weight, *, heads_d=None, task="fit"):
     """Validated sequences, lengths, targets (None without y) and weights (ones for None)."""
     check_readout(readout)
@@ -157,18 +128,8 @@ def _validated(X, y, readout, sample_weight, *, heads_d=None, task="fit"):
     return X, lengths, Y, w
 
 
-def _training_data(X, y, readout, sample_weight, heads_d=None):
-    X, lengths, Y, w = _validated(X, y, readout, sample_weight, heads_d=heads_d)
-    return BilinearData(X.astype(np.float64, copy=False), lengths, Y, readout, w)
-
-
 def fit_heads_memory(n_rows, d, d_out, n_heads):
-    """Bytes of the largest arrays ``fit_heads`` holds at once.
-
-    The Jacobian of the training outputs (``n_rows d_out`` x the ``k (d_out d
-    + d**2)`` parameters) and that of the coefficient map (``d_out psi`` x
-    the parameters), each with its SVD factors (about three copies).
-    """
+    """Bytes of the largest arrays ``fit_heads`` holds at once (its two Jacobians)."""
     n_params = n_heads * (d_out * d + d * d)
     psi = d * d * (d + 1) // 2
     return 8.0 * 3 * n_params * (n_rows * d_out + d_out * psi)

@@ -1,10 +1,4 @@
-"""Attention heads from coefficients (SVD) and head compression.
-
-The folded coefficients of any multi-head linear attention, unfolded
-symmetrically into ``M[(a, j), (k, l)]``, have rank at most the number of
-heads; an SVD of M gives heads computing exactly the coefficients' function,
-and :func:`compress_heads` looks for fewer heads computing (nearly) the same.
-"""
+"""Attention heads from coefficients (SVD) and head compression (user guide: compression)."""
 
 import itertools
 import math
@@ -17,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 from .._attention import attention_coefficients
 from .._features import n_attention_features, pair_indices, unfold_coefficients
 from .._memory import n_pairs, single_blas_thread
-from .._standardize import max_exponent
+from .._units import rescale_heads, unit_scaled
 from .._validation import as_real_array
 from .._params import check_number, validate_random_state
 
@@ -58,22 +52,7 @@ def _coefficient_matrix(coef, d):
 
 
 def joined_heads(groups, decays):
-    """Heads of several groups side by side, and the decay of each.
-
-    Parameters
-    ----------
-    groups : list of (V, Q)
-        The heads of each feature block, in block order.
-    decays : tuple of float or None
-        The blocks' decays (None: one group, no decays).
-
-    Returns
-    -------
-    V, Q : ndarray
-        Every group's heads, group by group.
-    head_decays : ndarray of shape (n_heads,) or None
-        The decay of each head (None without decays).
-    """
+    """Heads of the groups ``[(V, Q), ...]`` side by side, and each head's decay (None without)."""
     V = np.concatenate([V for V, _ in groups])
     Q = np.concatenate([Q for _, Q in groups])
     if decays is None:
@@ -82,22 +61,7 @@ def joined_heads(groups, decays):
 
 
 def block_heads(folded, d, decays):
-    """The SVD heads of every feature block side by side, and the decay of each head.
-
-    Parameters
-    ----------
-    folded : ndarray of shape (d_out, n_blocks * psi)
-        Folded coefficients, one block of psi per decay.
-    d : int
-    decays : tuple of float or None
-        The blocks' decays (None: one block, no decays).
-
-    Returns
-    -------
-    V, Q, head_decays
-        As :func:`joined_heads`, of the heads of each block
-        (:func:`heads_from_coefficients`).
-    """
+    """The SVD heads of each psi-column block of ``folded`` (one per decay), as joined_heads."""
     blocks = np.split(folded, 1 if decays is None else len(decays), axis=1)
     return joined_heads([heads_from_coefficients(f, d) for f in blocks], decays)
 
@@ -105,9 +69,8 @@ def block_heads(folded, d, decays):
 def heads_from_coefficients(coef, d, *, rtol=None):
     """Attention heads computing the function given by folded coefficients.
 
-    The unfolded coefficients, reshaped to M[(a, j), (k, l)], are split by SVD:
-    each singular triple (s, u, v) gives ``V_h = sqrt(s) u`` and
-    ``Q_h = sqrt(s) v``.  Singular values below ``rtol * s_max`` are dropped.
+    One head per singular value of the unfolded coefficient matrix above the
+    cut-off: the heads reproduce ``coef`` up to the values dropped.
 
     Parameters
     ----------
@@ -116,15 +79,15 @@ def heads_from_coefficients(coef, d, *, rtol=None):
     d : int
         Token dimension.
     rtol : float or None
-        Relative cut-off; default ``max(M.shape) * eps``.
+        Singular values below ``rtol * s_max`` are dropped; default
+        ``max(d_out * d, d * d) * eps``.
 
     Returns
     -------
     V : ndarray of shape (n_heads, d_out, d)
         Value matrices, one head per singular value above the cut-off.
     Q : ndarray of shape (n_heads, d, d)
-        Fused key-query matrices of the same heads: ``(V, Q)`` has the
-        coefficients ``coef``, up to the singular values dropped.
+        Fused key-query matrices of the same heads.
 
     See Also
     --------
@@ -132,13 +95,11 @@ def heads_from_coefficients(coef, d, *, rtol=None):
 
     Examples
     --------
-    A one-head model with one output comes back with d heads:
-
     >>> import numpy as np
     >>> from sklearn_linattn import attention_coefficients, heads_from_coefficients
     >>> rng = np.random.default_rng(0)
     >>> coef = attention_coefficients(rng.normal(size=(1, 1, 3)), rng.normal(size=(1, 3, 3)))
-    >>> V, Q = heads_from_coefficients(coef, 3)
+    >>> V, Q = heads_from_coefficients(coef, 3)  # one head, one output: d heads back
     >>> V.shape, Q.shape
     ((3, 1, 3), (3, 3, 3))
     >>> bool(np.allclose(attention_coefficients(V, Q), coef))
@@ -150,7 +111,7 @@ def heads_from_coefficients(coef, d, *, rtol=None):
 
 
 def svd_heads(coef, d, *, rtol=None):
-    """Heads of checked float64 coefficients (d_out, psi) by SVD; see :func:`heads_from_coefficients`."""
+    """Heads of checked float64 coefficients by SVD (:func:`heads_from_coefficients`)."""
     d_out = coef.shape[0]
     M = _coefficient_matrix(coef, d)
     if rtol is None:
@@ -200,11 +161,7 @@ def _pair_selectors(d):
 
 
 def _coef_map_of_key_queries(V):
-    """B with ``coef[a, p, l] = sum_(h, c) B[(a, p), (h, c)] Q[h, c, l]``, per start.
-
-    V has shape (n_starts, n_heads, d_out, d); B (n_starts, d_out * n_pairs, n_heads * d).
-    Pair p = (j, k): ``V[h, a, j] Q[h, k, l] + V[h, a, k] Q[h, j, l]`` (once if j == k).
-    """
+    """B(V) per start: ``coef[a, p, l] = sum_(h, c) B[(a, p), (h, c)] Q[h, c, l]``."""
     n_starts, n_heads, d_out, d = V.shape
     j, k, Ej, Ek, off = _pair_selectors(d)
     B = np.einsum("shap,pc->saphc", V[..., j], Ek)
@@ -213,10 +170,7 @@ def _coef_map_of_key_queries(V):
 
 
 def _coef_map_of_values(Q):
-    """A with ``coef[a, p, l] = sum_(h, c) A[p, l, h, c] V[h, a, c]``, per start.
-
-    Q has shape (n_starts, n_heads, d, d); A (n_starts, n_pairs, d, n_heads, d).
-    """
+    """A(Q) per start: ``coef[a, p, l] = sum_(h, c) A[p, l, h, c] V[h, a, c]``."""
     j, k, Ej, Ek, off = _pair_selectors(Q.shape[2])
     A = np.einsum("shpl,pc->splhc", Q[:, :, k, :], Ej)
     A += np.einsum("shpl,pc->splhc", Q[:, :, j, :] * off[:, None], Ek)
@@ -231,13 +185,7 @@ def _orthonormal(V):
 
 
 def _project(V, target):
-    """Best Q for each V, and what is left of the coefficients.
-
-    target has shape (d_out * n_pairs, d): ``coef[a, p * d + l]`` at row
-    ``a * n_pairs + p``, column l.  Returns the orthonormal basis of range(B(V))
-    (zero columns for dropped singular values), Q as (n_starts, n_heads * d, d)
-    and the residual (n_starts, d_out * n_pairs, d).
-    """
+    """Best Q for each V: the basis U of range(B(V)), Q and the residual of ``target``."""
     B = _coef_map_of_key_queries(V)
     U, s, Wt = np.linalg.svd(B, full_matrices=False)
     # B is rank deficient by construction for one output (Q_1 += v_2 t^T,
@@ -251,13 +199,7 @@ def _project(V, target):
 
 
 def _normal_equations(A, U, E, d_out):
-    """Gauss-Newton matrix and right-hand side of the projected residual in V.
-
-    With G the derivative of the coefficients in V at fixed Q (block diagonal
-    over outputs, blocks A), Kaufman's Jacobian is ``-(I - U U^T) G``, so
-    ``J^T J = G^T G - (U^T G)^T (U^T G)`` and ``-J^T e = G^T E`` (E is already
-    projected).  Parameters are ordered like V[h, a, j].
-    """
+    """Gauss-Newton matrix and right-hand side in V (Kaufman's Jacobian ``-(I - U U^T) G``)."""
     n_starts, n_pairs, d, n_heads, _ = A.shape
     n = n_heads * d_out * d
     A2 = A.reshape(n_starts, n_pairs * d, n_heads * d)
@@ -342,19 +284,7 @@ _MAX_MACAULAY_COLUMNS = 1000
 
 
 def _isotropic_start(coef, d, n_heads):
-    """Start for one output and n_heads < d: span{v_h} from common zeros of quadrics.
-
-    With N the orthogonal complement of span{v_h}, the symmetric part of the
-    coefficients vanishes on N x N: ``q_l(n) = sum_p coef[p, l] n_j n_k = 0``
-    for every n in N and every l (d quadrics).  Their common zeros are found
-    by linear algebra: the null space of the Macaulay matrix of degree
-    ``D = n_heads + 1`` (the quadrics times all monomials of degree D - 2) is
-    spanned by the powers ``n**D`` of the n in N, from which N is read off.
-    D = n_heads + 1 is the smallest degree at which that held for every
-    d <= 8, n_heads <= 4 checked (smaller degrees leave extra null vectors).
-    Exact for exact coefficients; for noisy ones a start that the iterations
-    refine.  None when the matrix would be too large.
-    """
+    """One-output start for n_heads < d: span{v_h} from a Macaulay null space (None: too large)."""
     m = d - n_heads
     degree = n_heads + 1
     if math.comb(d + degree - 1, degree) > _MAX_MACAULAY_COLUMNS:
@@ -397,14 +327,7 @@ def _check_n_init(n_init):
 
 
 def _auto_n_init(d_out, d, n_heads, max_iter):
-    """Starts that fit about a second of one core, between 10 and 500.
-
-    The time per iteration of one start is modelled from the sizes (a fixed
-    overhead, the SVD of B(V), the Gauss-Newton matrix), fitted to
-    measurements; it depends on the sizes only, so results are reproducible.
-    Small problems, where local minima are most common (d_out = d = n_heads
-    = 3 or 4), get the most starts.
-    """
+    """Starts for about a second of one core (10 to 500), modelled from the sizes alone."""
     n = n_heads * d_out * d
     rows = d_out * n_pairs(d)
     rank = min(rows, n_heads * d)
@@ -435,27 +358,10 @@ def compress_heads(
 ):
     """Find an ``n_heads``-head MHLA whose coefficients best match ``coef``.
 
-    Minimises the relative residual ``||p(V, Q) - coef|| / ||coef||`` over
-    heads (V, Q), where p is :func:`attention_coefficients` (the Frobenius
-    norm of the folded coefficients).  Zero means the same function on every
-    input.  The problem is non-convex, so it runs from several starts and
-    keeps the best:
-
-    - for fixed V the coefficients are linear in Q, so Q is eliminated by
-      least squares and Levenberg-Marquardt runs on V alone (variable
-      projection); from a good start it converges quadratically;
-    - the first start is the truncated SVD of :func:`heads_from_coefficients`;
-      with one output (``d_out == 1``) the second is computed from the
-      coefficients by linear algebra (the span of the value vectors is fixed
-      by the common zeros of d quadratic forms, which the null space of a
-      Macaulay matrix gives); exact coefficients of an ``n_heads``-head
-      model are recovered from it directly;
-    - the other starts are random; they run in batches of growing size and
-      the search stops at the first batch whose best residual is at most
-      ``tol``.
-
-    When ``coef`` needs at most ``n_heads`` heads (the SVD gives that many or
-    fewer), the SVD heads are returned, completed with zero heads.
+    Minimises ``||p(V, Q) - coef|| / ||coef||``, p being :func:`attention_coefficients`;
+    zero means the same function on every input.  Non-convex: the best of several
+    starts is returned (the SVD heads, completed with zero heads, when they are at
+    most ``n_heads``).  See the user guide's :doc:`/compression` page.
 
     Parameters
     ----------
@@ -467,27 +373,17 @@ def compress_heads(
     n_heads : int
         Number of heads of the result, at least 1.
     tol : float, default=1e-10
-        Relative residual that is good enough: the search stops after the
-        first batch of starts in which one reaches it, and a
-        ConvergenceWarning is issued when none does.
-        For coefficients fitted to noisy data, pass the residual that the
-        noise allows: otherwise every one of the ``n_init`` starts runs.
+        Relative residual that is good enough: the search stops at the first batch
+        of starts that reaches it (for noisy coefficients, what the noise allows).
     max_iter : int, default=50
-        Levenberg-Marquardt iterations per start (starts that reach the
-        global minimum converge quadratically, in about 10); the best start is
-        then continued for up to ``max_iter`` more.  A start also stops when
-        its residual reaches rounding level or stops decreasing.
+        Levenberg-Marquardt iterations per start (the best then gets as many more).
     n_init : int or "auto", default="auto"
-        Largest number of starts, the SVD (and one-output) start included.
-        ``"auto"``: as many as about a second of work on one core allows,
-        estimated from the sizes alone (so results are reproducible), between
-        10 and 500 (458 at d = d_out = n_heads = 3, 10 at d = d_out = 8).
+        Largest number of starts.  ``"auto"``: about a second of work on one
+        core, estimated from the sizes alone (reproducible), between 10 and 500.
     random_state : int, RandomState instance or None, default=None
         Seeds the random starts.
     warn : bool, default=True
-        Whether to issue a ConvergenceWarning when the residual stays above
-        ``tol``.  Callers that judge the residual themselves (e.g. against
-        the noise level of fitted coefficients) pass False.
+        Whether to issue a ConvergenceWarning when the residual stays above ``tol``.
 
     Returns
     -------
@@ -496,19 +392,15 @@ def compress_heads(
     Q : ndarray of shape (n_heads, d, d)
         Key-query matrices; each head is balanced (``||V_h|| == ||Q_h||``).
     residual : float
-        ``||attention_coefficients(V, Q) - coef|| / ||coef||`` (Frobenius
-        norms of the folded coefficients; 0 for zero coefficients).  It bounds
-        the change of every output on every input X: ``|y_a - y'_a| <=
-        residual * ||coef|| * ||H(X)||`` with H(X) the cubic features
-        (:func:`~sklearn_linattn.attention_kernel` gives ``||H(X)||**2``).
+        ``||attention_coefficients(V, Q) - coef|| / ||coef||`` (0 for zero coef):
+        no output on any X moves more than ``residual ||coef|| ||H(X)||``.
 
     Raises
     ------
     ValueError
-        When an argument is out of range, coef is not finite or complex, or
-        coef's number of columns does not match d.
+        For arguments out of range, coef not finite or complex, or not matching d.
     TypeError
-        When an argument has the wrong type.
+        For arguments of the wrong type.
 
     Warns
     -----
@@ -531,8 +423,7 @@ def compress_heads(
     >>> V2.shape, Q2.shape, bool(residual < 1e-10)
     ((2, 1, 4), (2, 4, 4), True)
 
-    One head cannot compute this two-head function; ``warn=False`` leaves
-    the judgement to the caller:
+    One head cannot compute this two-head function (``warn=False``: no warning):
 
     >>> V1, Q1, residual = compress_heads(coef, 4, 1, random_state=0, warn=False)
     >>> bool(residual > 0.1)
@@ -551,8 +442,7 @@ def compress_heads(
         return np.zeros((n_heads, d_out, d)), np.zeros((n_heads, d, d)), 0.0
     # Work at unit scale (a power of two, so exactly): the Gauss-Newton
     # matrices are quartic in the coefficients' size.
-    shift = int(max_exponent(coef))
-    c = np.ldexp(coef, -shift)
+    c, shift = unit_scaled(coef)
     norm = np.linalg.norm(c)
     if n_init == "auto":
         n_init = _auto_n_init(d_out, d, n_heads, max_iter)
@@ -563,7 +453,7 @@ def compress_heads(
     V, Q = balance(V, Q)
     residual = float(np.linalg.norm(attention_coefficients(V, Q) - c) / norm)
     half = shift // 2
-    V, Q = np.ldexp(V, half), np.ldexp(Q, shift - half)
+    V, Q = rescale_heads(V, Q, mv=-half, mq=-(shift - half))
     if warn and residual > tol:
         heads = f"{n_heads} head{'' if n_heads == 1 else 's'}"
         starts = f"{n_starts} start{'' if n_starts == 1 else 's'}"

@@ -1,21 +1,4 @@
-"""A few heads fitted directly to the data.
-
-The least-squares fit over any number of heads needs at least
-``psi = d**2 (d + 1) / 2`` feature rows to be identified.  A model with k
-heads has only ``k (d_out d + d**2)`` parameters, so far fewer rows can pin
-it down, but the minimum-norm solution of an under-determined least squares
-is not the generator and compressing it cannot recover one.  This module fits
-the k heads to the data themselves.
-
-The output ``y_r = sum_h V_h S_r Q_h x_r`` (one row r per sequence for the
-readout ``"last"``, one per real position for ``"all"``, with S_r the moment
-of the tokens up to it) is bilinear: linear in every V_h given the Q_h, with
-design rows ``(S_r Q_h x_r)_h``, and linear in every Q_h given the V_h, with
-design rows ``((V_h S_r)[a, k] x_r[l])_(h, k, l)``.  :func:`fit_heads` runs
-alternating least squares (each half-step one exact least squares over all
-heads at once) and, where that slows down, Levenberg-Marquardt on all the
-parameters, whose Jacobian is the two designs side by side.
-"""
+"""A few heads fitted directly to the data, below psi rows: alternating least squares, then LM."""
 
 
 import contextlib
@@ -27,6 +10,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .._memory import single_blas_thread
 from .._params import check_number, validate_random_state
+from .._source import standardizer_of
 from ._bilinear import _EPS, BilinearData, _check_jacobian_memory, _validated
 from ._compression import balance, heads_from_coefficients
 from ._local import _certificate, _local_certificate
@@ -63,10 +47,7 @@ def _key_query_step(rows, V):
 
 
 def _lm_step(rows, V, Q, f, mu):
-    """One Levenberg-Marquardt step from (V, Q): one SVD, as many dampings as needed.
-
-    Returns the new heads, squared residual, damping, and whether a step was taken.
-    """
+    """One Levenberg-Marquardt step (one SVD): ``(V, Q, f, mu, moved)``."""
     J = rows.jacobian(V, Q)
     e = rows.weighted_residual(V, Q).ravel()
     U, s, Wt = scipy.linalg.svd(J, full_matrices=False, lapack_driver="gesdd")
@@ -136,9 +117,7 @@ def _starts(rows, n_heads, n_init, rng):
 
 
 class HeadsFit:
-    """The result of :func:`fit_heads`.
-
-    The parameters are kept as attributes of the same names.
+    """The result of :func:`fit_heads`; the parameters are kept as attributes of the same names.
 
     Parameters
     ----------
@@ -148,11 +127,9 @@ class HeadsFit:
         Fused key-query matrices, in the data's units.
     residual : float
         Relative training residual ``sqrt(sum w (y - f(X))**2 / sum w y**2)``
-        over the real targets (the absolute root sum of squares when every
-        target is zero).
+        over the real targets (the absolute one when every target is zero).
     n_iter : int
-        Iterations of the best start (ALS sweeps plus Levenberg-Marquardt
-        steps).
+        Iterations of the best start (ALS sweeps plus Levenberg-Marquardt steps).
     n_starts : int
         Starts run (the search stops at the first that reaches ``tol``).
     certificate : LocalCertificate or None
@@ -191,47 +168,30 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
     """Fit a k-head linear attention directly to data, with fewer rows than psi.
 
     Minimises the (weighted) squared error of ``y = sum_h V_h S Q_h x`` over
-    ``n_heads`` heads.  Each start runs alternating least squares, each
-    half-step one exact least squares over all heads (the values given the
-    key-queries, then the key-queries given the values), and switches to
-    Levenberg-Marquardt on all the parameters when a sweep removes less than
-    10% of the squared residual.  The first start is the truncated SVD of the
-    minimum-norm least-squares coefficients (when their feature matrix has at
-    most 2**24 entries), the others are random; the search stops at the
-    first start whose relative residual reaches ``tol`` and returns the best.
-    The fit runs in standardized coordinates (tokens per coordinate and
-    targets per output divided by the powers of two nearest their root mean
-    square) and maps the heads back exactly, so the scale of the data does
-    not matter.
+    ``n_heads`` heads, the best of up to ``n_init`` starts.  Non-convex: only
+    ``residual`` says how well the heads fit, and ``certificate`` (locally)
+    whether the data pin them down.  See the user guide's :doc:`/few_heads` page.
 
     Parameters
     ----------
     X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
         Sequences; trailing all-NaN tokens are padding.
     y : array-like
-        Targets, as for :class:`~sklearn_linattn.LinearAttentionRegressor`:
-        (n_samples,) or (n_samples, d_out) for ``readout="last"``;
-        (n_samples, n_tokens[, d_out]) with NaN at padded positions for
-        ``"all"``.
+        Targets as for :class:`~sklearn_linattn.LinearAttentionRegressor`: (n_samples[,
+        d_out]) for ``readout="last"``, (n_samples, n_tokens[, d_out]) for ``"all"``.
     n_heads : int
         Number of heads k, at least 1.
     readout : {"last", "all"}, default="last"
         Targets at the last token, or at every position (causal).
     sample_weight : array-like of shape (n_samples,) or None, default=None
-        Non-negative weight of each sequence (of each of its positions for
-        ``"all"``).
+        Non-negative weight of each sequence (of each of its positions for ``"all"``).
     n_init : int, default=30
-        Largest number of starts, the minimum-norm start included.  Local
-        minima are common with several heads near the smallest sample sizes
-        (a random start reached the global one 10% to 65% of the time for
-        two heads at d = 4 to 6), so many starts are allowed; the search
-        stops at the first that fits.
+        Largest number of starts; the search stops at the first that reaches ``tol``.
     max_iter : int, default=300
         Iterations per start (ALS sweeps plus Levenberg-Marquardt steps).
     tol : float, default=1e-12
-        Relative training residual at which a start stops and the search
-        ends.  With noisy targets no start reaches it; each then stops where
-        its residual stops decreasing, and the best is returned.
+        Relative training residual at which a start stops and the search ends;
+        with noisy targets each start stops where its residual stops decreasing.
     certify : bool, default=True
         Compute the :class:`LocalCertificate` at the result.
     random_state : int, RandomState instance, Generator or None, default=None
@@ -240,42 +200,28 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
     Returns
     -------
     result : HeadsFit
-        ``V``, ``Q`` (data units), ``residual``, ``n_iter``, ``n_starts`` and
-        ``certificate``.
+        The heads in the data's units, their residual and certificate.
 
     Raises
     ------
     ValueError
-        For invalid X, y, sample_weight, readout or numbers out of range, and
-        before allocating Jacobians larger than the memory budget (half the
-        physical memory).
+        For invalid arguments, and before allocating Jacobians beyond the memory budget.
     TypeError
         For parameters of the wrong type.
 
     Warns
     -----
     ConvergenceWarning
-        When the best start stopped at ``max_iter`` while its residual was
-        still falling (neither at ``tol`` nor at a stationary point).
+        When the best start stopped at ``max_iter`` with its residual still falling.
 
     See Also
     --------
     certify_heads_locally : the local certificate of any heads.
-    compress_heads : fewer heads from coefficients (needs psi rows to have
-        the generator's coefficients).
-
-    Notes
-    -----
-    The fit is non-convex; it can end in a local minimum, which is why there
-    are restarts.  Only ``residual`` says how well it fits, and only
-    ``certificate`` (locally) whether the data pin the fitted function down.
-    The designs hold ``R * d_out * k * d**2`` numbers (R rows: sequences for
-    ``"last"``, real positions for ``"all"``), all in memory.
+    compress_heads : fewer heads from coefficients (identified from psi rows).
 
     Examples
     --------
-    A one-head generator at d = 4 (20 parameters against psi = 40) from 30
-    sequences, checked on sequences three times longer and twice larger:
+    A one-head generator at d = 4 (20 parameters, psi = 40) from 30 sequences:
 
     >>> import numpy as np
     >>> from sklearn_linattn import fit_heads, mhla_forward
@@ -285,7 +231,7 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
     >>> fit = fit_heads(X, mhla_forward(X, V, Q), 1, random_state=0)
     >>> bool(fit.residual < 1e-10), bool(fit.certificate)
     (True, True)
-    >>> X_test = 2 * rng.normal(size=(50, 30, 4))
+    >>> X_test = 2 * rng.normal(size=(50, 30, 4))  # longer and larger
     >>> y_test = mhla_forward(X_test, V, Q)
     >>> error = np.linalg.norm(mhla_forward(X_test, fit.V, fit.Q) - y_test)
     >>> bool(error < 1e-8 * np.linalg.norm(y_test))
@@ -299,7 +245,8 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
         raise TypeError(f"certify must be True or False; got {certify!r}.")
     rng = validate_random_state(random_state)
     X, lengths, Y, w = _validated(X, y, readout, sample_weight)
-    rows = BilinearData(X.astype(np.float64, copy=False), lengths, Y, readout, w)
+    X = X.astype(np.float64, copy=False)
+    rows = BilinearData(X, lengths, Y, readout, w, standardizer_of(X, lengths, Y, w))
     _check_jacobian_memory("fit_heads", rows, n_heads)
     with _threads(rows, n_heads):
         V, Q, n_iter, n_starts = _search(rows, n_heads, n_init, max_iter, tol, rng)
@@ -308,10 +255,9 @@ def fit_heads(X, y, n_heads, *, readout="last", sample_weight=None, n_init=30, m
         # standardized (whitened) coordinates, not these.
         certificate = (_local_certificate(X, lengths, readout, w, V_out, Q_out)
                        if certify else None)
-    # The residual in the data's units: each output's is scaled by 2**target_exp.
-    r = rows.weighted_residual(V, Q)
-    num = np.sum(np.ldexp(r, rows.target_exp[None, :]) ** 2)
-    den = np.sum(np.ldexp(rows.Y * rows.sqrt_w[:, None], rows.target_exp[None, :]) ** 2)
+    # The residual in the data's units (each output's in its own).
+    num = np.sum(rows.outputs_to_user(rows.weighted_residual(V, Q)) ** 2)
+    den = np.sum(rows.outputs_to_user(rows.Y * rows.sqrt_w[:, None]) ** 2)
     residual = np.sqrt(num / den) if den > 0 else np.sqrt(num)
     return HeadsFit(V_out, Q_out, residual, n_iter, n_starts, certificate)
 
@@ -348,19 +294,7 @@ def _search(rows, n_heads, n_init, max_iter, tol, rng, name="fit_heads"):
 
 
 def fit_standardized_heads(rows, n_heads, pair_weights, *, random_state=None, dtype=np.float64):
-    """k heads fitted directly to rows in the package's standardized coordinates.
-
-    What ``LinearAttentionRegressor.fit`` runs on its own standardized rows
-    (:class:`~._moments.Rows`, real outputs only) when compressing an
-    unidentified fit to ``n_heads`` is material: no second standardization.
-
-    Returns
-    -------
-    V, Q : ndarray
-        The heads in those coordinates.
-    certificate : LocalCertificate
-        Judged in the same coordinates.
-    """
+    """k heads fitted to a fit's standardized rows: V, Q and their local certificate."""
     rng = validate_random_state(random_state)
     std_rows = BilinearData.standardized(rows, pair_weights)
     with _threads(std_rows, n_heads):

@@ -5,7 +5,7 @@ import functools
 import numpy as np
 import scipy.linalg
 
-from .._standardize import NO_EXPONENT
+from .._units import NO_EXPONENT, rescale_heads
 from .._features import pair_indices
 from .._source import standardizer_of
 from .._validation import check_heads
@@ -18,72 +18,17 @@ __all__ = ["LocalCertificate", "certify_heads_locally"]
 class LocalCertificate:
     """Whether the data identify a k-head function near the given heads, and only near.
 
-    At heads theta, the functions of k heads form (locally) a manifold whose
-    tangent space is the image of the Jacobian ``J_p = dp/dtheta`` of the
-    coefficient map p (:func:`~sklearn_linattn.attention_coefficients`).  Its
-    dimension, ``tangent_rank``, is the number of parameters minus those of
-    the directions that change nothing (each head's ``V_h c, Q_h / c``; with
-    several heads their mixings, and with one output more): it is computed,
-    not assumed.  The data identify the function locally iff their feature
-    rows restricted to that tangent space have full rank,
-    ``rank(Phi U) == rank(J_p)`` with U an orthonormal basis of the image of
-    ``J_p``; equivalently the Jacobian of the training outputs in theta has
-    the rank of ``J_p``.
-
-    That first-order argument needs the heads to be a regular point of the
-    parametrization, so the certificate also requires that (i) no head is
-    degenerate (zero, or contributing less to the coefficients than their
-    rounding) and (ii) ``tangent_rank`` equals ``generic_rank``, the rank of
-    ``J_p`` at random heads of the same shape (the largest it can be).  At a
-    point of lower rank (a zero head, two heads that share a value or
-    key-query factor, ...) k-head functions arbitrarily near leave the
-    tangent space at second order, and the rank test proves nothing.
-    ``reason`` says which condition failed.  Degenerate heads enter the ranks
-    as zero heads (both factors).
-
-    The certificate is **local**.  It rules out other k-head functions that
-    fit the data equally well *near* the fitted one (a neighbourhood of
-    theta), not far ones: two rank-one heads whose outputs agree on every
-    training row but whose coefficients differ by much lie outside every
-    neighbourhood the Jacobian sees, and with fewer than psi rows such pairs
-    exist for some data sets (the global certificate,
-    :func:`~sklearn_linattn.certify_identifiability`, needs psi rows and
-    then holds for any number of heads).  It also says nothing about whether
-    the fit is the best k-head fit.
-
-    **Coordinates.**  Everything is computed in balanced, standardized
-    coordinates: the tokens standardized as the package does (an exact power
-    of two per coordinate, then whitening, as ``LinearAttentionRegressor``'s
-    ``standardization_``), the heads mapped into them, scaled together by
-    one power of two and each balanced to ``||V_h||_F = ||Q_h||_F``, and the
-    coefficients in the symmetric embedding (the pairs j < k weighted by
-    sqrt(2), so that an orthogonal map of the tokens is an orthogonal map of
-    ``J_p`` and of the feature rows).  The verdict therefore does not depend
-    on the heads' balance (``V_h c, Q_h / c``), on the overall scale of the
-    heads or of the tokens, or on an invertible linear map of the tokens
-    applied to the data and the heads together (``X A`` with
-    ``V_h A^-T`` and ``A^-1 Q_h A^-T``).
-
-    **Tolerances** (eps the float64 machine epsilon; each relative to the
-    quantities it judges, so that no scale moves a verdict):
-
-    - a head is degenerate when ``||V_h||_F ||Q_h||_F <= k eps sum_g
-      ||V_g||_F ||Q_g||_F``: its share of the coefficients is below their
-      rounding (zero heads included);
-    - a singular value of ``J_p`` (m x n) counts when it exceeds ``tau_p =
-      max(m, n) eps s_max``: the SVD's backward error and the rounding of the
-      standardized heads (a few eps per entry) perturb ``J_p`` by less;
-    - a singular value of ``G = Phi U`` (``m_G`` equations x r) counts when
-      it exceeds ``max(m_G, r) eps_X s_max(G) + ||Phi||_F tau_p / s_r(J_p)``,
-      with ``eps_X`` the machine epsilon of X's dtype (at least eps): the
-      first term is the SVD's and the rows' rounding, the second the error
-      of the tangent basis U, known to within an angle ``tau_p / s_r(J_p)``
-      (Wedin's bound), which moves G by up to ``||Phi||`` times it.
+    It holds when no head is degenerate, the heads are a regular point of the
+    parametrization, and the feature rows restricted to the tangent space of the
+    k-head functions at the heads have full rank.  Local: it rules out other
+    k-head functions that fit the data equally well near the heads, not far
+    ones.  See the user guide's :ref:`few-heads-local`.
 
     Parameters
     ----------
     tangent_rank : int
-        Rank of ``J_p``: the dimension of the k-head functions near theta.
+        Rank of the Jacobian ``J_p`` of the coefficient map at the heads: the
+        dimension of the k-head functions near them.
     data_rank : int
         Rank of the feature rows restricted to the tangent space.
     n_parameters : int
@@ -91,9 +36,8 @@ class LocalCertificate:
     n_equations : int
         Training rows times outputs (rows of positive weight).
     relative_sigma_min : float
-        Smallest singular value of ``Phi U`` over its largest (0 when it has
-        fewer rows than columns): how close the data are to missing a
-        direction.
+        Smallest over largest singular value of the restricted feature rows (0
+        with fewer rows than columns): how close the data are to missing a direction.
     generic_rank : int or None, default=None
         Rank of ``J_p`` at generic heads of the same shape; None takes
         ``tangent_rank``.
@@ -103,8 +47,8 @@ class LocalCertificate:
     Attributes
     ----------
     holds : bool
-        No degenerate head, ``tangent_rank == generic_rank`` and
-        ``data_rank == tangent_rank``; also the truth value of the object.
+        No degenerate head, ``tangent_rank == generic_rank`` and ``data_rank ==
+        tangent_rank``; also the truth value of the object.
     n_symmetries : int
         ``n_parameters - tangent_rank``: the directions that change nothing.
     reason : str or None
@@ -197,10 +141,7 @@ def _coefficient_jacobian(V, Q):
 def _symmetric_jacobian(V, Q):
     """J_p in the symmetric embedding: the rows of pairs j < k divided by sqrt(2).
 
-    The folded coefficient of a pair is the sum of two entries of the
-    symmetric coefficient tensor; its symmetric coordinate (that entry times
-    sqrt(2)) makes the Frobenius norm of the tensor the Euclidean norm, so an
-    orthogonal map of the tokens acts orthogonally.
+    Then the Euclidean norm is the Frobenius norm of the symmetric coefficient tensor.
     """
     d_out, d = V.shape[1:]
     j, k = pair_indices(d)
@@ -222,8 +163,7 @@ def _generic_rank(n_heads, d_out, d):
 def _certificate(rows, V, Q, eps_in=_EPS):
     """LocalCertificate of balanced heads (V, Q) in the standardized coordinates of the rows.
 
-    The tolerances are those of :class:`LocalCertificate`; ``eps_in`` is the
-    machine epsilon of the sequences' dtype (at least float64's).
+    ``eps_in``: the machine epsilon of the sequences' dtype (at least float64's).
     """
     n_heads, d_out, d = V.shape
     size = (np.linalg.norm(V.reshape(n_heads, -1), axis=1)
@@ -256,16 +196,12 @@ def _certificate(rows, V, Q, eps_in=_EPS):
 def _standard_heads(st, V, Q):
     """The heads on st's standardized tokens up to one positive factor, the largest about 1.
 
-    Each head keeps its size relative to the largest, split evenly between
-    its two factors (a head 2**-2000 below the largest underflows to zero:
-    it is degenerate either way).
+    Each head keeps its size relative to the largest, split evenly between V and Q.
     """
     Vs, Qs, c = st.heads_from_user(V, Q)
     live = c != NO_EXPONENT
     rel = np.where(live, c - (c[live].max() if live.any() else 0), 0)
-    half = rel // 2
-    return (np.ldexp(Vs, half[:, None, None]),
-            np.ldexp(Qs, (rel - half)[:, None, None]))
+    return rescale_heads(Vs, Qs, mv=-(rel // 2), mq=-(rel - rel // 2))
 
 
 def _local_certificate(X, lengths, readout, weight, V, Q, what=None):
@@ -279,26 +215,18 @@ def _local_certificate(X, lengths, readout, weight, V, Q, what=None):
     d_out = V.shape[1]
     # The rows need targets only for their scale, which ranks do not see.
     Y = np.ones((n_samples, d_out) if readout == "last" else (n_samples, n_tokens, d_out))
-    # Whitened tokens have unit root mean square, where BilinearData's powers of two
-    # would flip between 2**-1 and 2**0 with rounding, scaling coordinates
-    # unequally; at 1.5 times that they are all 2**0 (a uniform scale, which
-    # no rank sees).
-    rows = BilinearData(1.5 * st.transform(X), lengths, Y, readout, st.transform_weights(weight))
+    rows = BilinearData(X, lengths, Y, readout, weight, st)
     if what is not None:
         _check_jacobian_memory(what, rows, V.shape[0])
-    Vs, Qs = rows.to_standard(*_standard_heads(st, V, Q))
-    return _certificate(rows, *balance(Vs, Qs), eps_in=eps_in)
+    return _certificate(rows, *balance(*_standard_heads(st, V, Q)), eps_in=eps_in)
 
 
 def certify_heads_locally(X, V, Q, *, readout="last", sample_weight=None):
     """The local certificate of given heads on given sequences.
 
-    Whether the training rows of X determine the k-head function of (V, Q)
-    among the k-head functions near it (see :class:`LocalCertificate`:
-    local, not global).  Only the sequences enter, not the targets.  The
-    verdict does not depend on how the function is written down: each head's
-    balance, the scale of the heads, or the units of the tokens (see
-    :class:`LocalCertificate` for the coordinates and tolerances).
+    Whether the rows of X determine the k-head function of (V, Q) among the
+    k-head functions near it (:class:`LocalCertificate`).  Targets do not enter,
+    and the verdict does not depend on the heads' balance or scale or the tokens' units.
 
     Parameters
     ----------
@@ -316,16 +244,13 @@ def certify_heads_locally(X, V, Q, *, readout="last", sample_weight=None):
     Returns
     -------
     certificate : LocalCertificate
-        Truthy iff no head is degenerate, the heads are a regular point of
-        the parametrization and the restricted feature rows have full rank;
-        otherwise its ``reason`` says which fails.
+        Truthy iff it holds; otherwise its ``reason`` says why not.
 
     Raises
     ------
     ValueError
-        For invalid X, heads, readout or sample_weight (every weight zero
-        included: nothing to certify), and before allocating Jacobians larger
-        than the memory budget.
+        For invalid arguments (every weight zero included), and before
+        allocating Jacobians beyond the memory budget.
     TypeError
         For arguments of the wrong type.
 

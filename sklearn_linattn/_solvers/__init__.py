@@ -2,7 +2,7 @@
 
 Every solver minimises ``sum_rows w_row ||y_row - c H_row||^2 + alpha ||c||^2``
 over the folded coefficients c, in standardized coordinates (see
-:mod:`.._standardize`), and returns a :class:`SpectralSolution`: the
+:mod:`.._units`), and returns a :class:`SpectralSolution`: the
 coefficients with what the identifiability certificate needs about the
 spectrum of ``G = Phi^T W Phi``, and the counts of the rows it was fitted on.
 

@@ -6,8 +6,7 @@ import numpy as np
 import scipy.linalg
 
 from .._spectrum import eigenvalue_tolerance, rank_tolerance
-from .._standardize import TokenStandardizer
-from .._standardize import exponent
+from .._units import TokenStandardizer, exponent, pow2_scale
 
 __all__ = ["SpectralSolution", "coef_from_gram", "coef_from_spectrum", "dense_solution",
            "ridge_penalty", "spectral_inverse", "zero_design_solution"]
@@ -18,7 +17,7 @@ class SpectralSolution:
     """Coefficients with what the certificate needs about the Gram spectrum.
 
     Everything but ``coef`` is about the standardized problem (see
-    :mod:`._standardize`): the spectrum, eigenvectors and factor are those of
+    :mod:`.._units`): the spectrum, eigenvectors and factor are those of
     ``G = Phi^T W Phi`` for the standardized tokens and weights.
 
     Attributes
@@ -173,15 +172,15 @@ def coef_from_gram(G, moment, ridge):
     """
     top = max(float(np.abs(G).max(initial=0.0)), ridge, np.finfo(np.float64).tiny)
     m = int(exponent(top))
-    M = np.ldexp(G, -m)
-    M[np.diag_indices_from(M)] += np.ldexp(ridge, -m)
-    b = np.ldexp(moment, -m)
+    M = pow2_scale(G, -m)
+    M[np.diag_indices_from(M)] += pow2_scale(ridge, -m)
+    b = pow2_scale(moment, -m)
     try:
         c, low = scipy.linalg.cho_factor(M, lower=True, overwrite_a=True, check_finite=False)
         return scipy.linalg.cho_solve((c, low), b, check_finite=False).T
     except np.linalg.LinAlgError:
-        w, U = scipy.linalg.eigh(np.ldexp(G, -m), check_finite=False)
-        w = w + np.ldexp(ridge, -m)
+        w, U = scipy.linalg.eigh(pow2_scale(G, -m), check_finite=False)
+        w = w + pow2_scale(ridge, -m)
         keep = w > eigenvalue_tolerance(w.max(), w.size)
         return ((U[:, keep] / w[keep]) @ (U[:, keep].T @ b)).T
 

@@ -8,7 +8,7 @@ from .._features import features_rmatvec, pair_index_matrix, pair_indices
 from .._memory import sample_chunks, n_pairs, zero_padding
 from .._moments import MomentPass
 from .._spectrum import descending_eigh, rank_tolerance
-from .._standardize import TokenStandardizer, feature_map, map_is_accurate
+from .._units import TokenStandardizer, feature_map, map_is_accurate, targets_map, weight_factor
 from .._validation import check_lengths_array, check_readout
 
 __all__ = ["RowCounts", "SufficientStatistics"]
@@ -85,7 +85,7 @@ class RowCounts:
     d_out : int or None, default=None
         Number of outputs; None for rows without targets (the certificate).
     standardizer : TokenStandardizer or None, default=None
-        Standardized coordinates of the rows (see :mod:`.._standardize`);
+        Standardized coordinates of the rows (see :mod:`.._units`);
         None counts the data as given.
     readout : {"last", "all"} or None, default=None
         Readout of the counted rows; None: fixed by the first :meth:`update`.
@@ -253,32 +253,17 @@ class RowCounts:
         out.standardizer = standardizer
         if standardizer == old:
             return out, None, None
-        wf = float(np.ldexp(1.0, old.weight_exponent - standardizer.weight_exponent))
+        wf = weight_factor(old, standardizer)
         target_map = None
         if self.d_out is not None:
-            target_map = self._target_map(old, standardizer)
+            n_terms = 0 if self.terms is None else self.terms.n_terms
+            target_map = targets_map(old, standardizer, self.d_out - n_terms, self.terms)
             out.y_cross = (target_map.T @ self.y_cross @ target_map) * wf
             out.y_sq = np.diagonal(out.y_cross).copy()
             out.y_sum = (self.y_sum @ target_map) * wf
         out.weight_sum = self.weight_sum * wf
         out.min_weight = self.min_weight * wf
         return out, wf, target_map
-
-    def _target_map(self, old, new):
-        """``M`` with ``Y_new = Y_old M`` for the targets (term columns last) of two coordinates."""
-        n_terms = 0 if self.terms is None else self.terms.n_terms
-        n_real = self.d_out - n_terms
-        M = np.zeros((self.d_out, self.d_out))
-        ey_old = old.y_exponents if old.y_exponents is not None else np.zeros(n_real, int)
-        ey_new = new.y_exponents if new.y_exponents is not None else np.zeros(n_real, int)
-        M[np.arange(n_real), np.arange(n_real)] = np.ldexp(1.0, ey_old[:n_real] - ey_new[:n_real])
-        i = n_real
-        if self.terms is not None and self.terms.intercept:
-            M[i, i] = 1.0
-            i += 1
-        if self.terms is not None and self.terms.skip:
-            M[i:, i:] = feature_map(old, new)[1].T  # x_new = x_old D
-        return M
 
     def target_columns(self, cols, terms):
         """The same rows with some of the targets only (a new object).
@@ -556,11 +541,11 @@ class SufficientStatistics(RowCounts):
         """The same statistics in other standardized coordinates (a new object).
 
         The feature rows of the two coordinates differ by a Kronecker map
-        (:func:`~.._standardize.feature_map`) and the weights and targets by
+        (:func:`~.._units.feature_map`) and the weights and targets by
         powers of two, so the Gram matrix and the moment are transformed
         exactly (to rounding) instead of being accumulated again.  Where the
         map of the tokens is far from a rotation times a scale
-        (:func:`~.._standardize.map_is_accurate`: new coordinates that
+        (:func:`~.._units.map_is_accurate`: new coordinates that
         stretch directions the data hardly reach, as a ``partial_fit`` whose
         later batches change a collinear whitening), the map's cancellations
         would round the Gram matrix's zero eigenvalues up into spurious rank;
