@@ -11,6 +11,8 @@ Usage::
     python benchmarks/fit_path.py                   # every entry below, one line each
     python benchmarks/fit_path.py --case dask-eigh  # one entry, its modules and counts
     python benchmarks/fit_path.py --case none --path  # also print the sequence of stays
+    python benchmarks/fit_path.py --units           # a subpackage (_units/, _solvers/, ...)
+                                                    # counts as one module, as in the code map
 
 The entries fit X of 400 sequences of 6 tokens, d = 4 (Dask: 4 blocks of
 100, run on the synchronous scheduler, so that the blocks' tasks run in this
@@ -29,15 +31,24 @@ import sklearn_linattn
 from sklearn_linattn import LinearAttentionRegressor
 
 
-def stays_of(call):
-    """The package modules ``call()`` passes through, one entry per stay."""
+def unit_of(module):
+    """The code map's unit of a module: a top-level module, or a subpackage as a whole."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
+def stays_of(call, units=False):
+    """The package modules ``call()`` passes through, one entry per stay (per stay in a code map
+    unit, subpackages as one, with ``units``)."""
     package = sklearn_linattn.__name__
     stays = []
 
     def module_of(frame):
         while frame is not None and not frame.f_globals.get("__name__", "").startswith(package):
             frame = frame.f_back
-        return None if frame is None else frame.f_globals["__name__"]
+        if frame is None:
+            return None
+        return unit_of(frame.f_globals["__name__"]) if units else frame.f_globals["__name__"]
 
     def profile(frame, event, arg):
         if event not in ("call", "return"):
@@ -92,20 +103,22 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES), help="one entry (default: all)")
     parser.add_argument("--path", action="store_true", help="print the sequence of stays")
+    parser.add_argument("--units", action="store_true",
+                        help="count stays in the code map's units (a subpackage as one module)")
     args = parser.parse_args(argv)
     X, y = _data()
     if args.case is None:
         print(f"{'entry':20s} {'stays':>6s}  most entered module")
         for name, run in CASES.items():
             try:
-                stays = stays_of(lambda: run(X, y))
+                stays = stays_of(lambda: run(X, y), args.units)
             except ImportError as exc:  # dask is optional
                 print(f"{name:20s} {'n/a':>6s}  ({exc})")
                 continue
             module, n = collections.Counter(stays).most_common(1)[0]
             print(f"{name:20s} {len(stays):6d}  {module} ({n})")
         return
-    stays = stays_of(lambda: CASES[args.case](X, y))
+    stays = stays_of(lambda: CASES[args.case](X, y), args.units)
     counts = collections.Counter(stays)
     print(f"{len(stays)} stays in {len(counts)} modules")
     for module, n in counts.most_common():

@@ -29,6 +29,7 @@ from ._params import check_decays, check_head_decays, check_number
 
 __all__ = [
     "attention_coefficients",
+    "forward_checked",
     "mhla_forward",
     "mhla_generate",
     "same_function",
@@ -107,12 +108,17 @@ def mhla_forward(X, V, Q, lengths=None, *, readout="last", decays=None):
     V, Q = check_heads(V, Q)
     check_readout(readout)
     decays = check_head_decays(decays, V.shape[0])
-    if decays is not None and np.all(decays == 1.0):
-        decays = None  # no decay: the plain path, bit for bit
     if lengths is None:
         X, lengths = check_sequences(X, n_features_in=V.shape[2])
     else:
         X, lengths = check_lengths(X, lengths, n_features_in=V.shape[2])
+    return forward_checked(X, V, Q, lengths, readout, decays)
+
+
+def forward_checked(X, V, Q, lengths, readout, decays):
+    """:func:`mhla_forward` on checked arrays (X zero-padded, ``decays`` None or per head)."""
+    if decays is not None and np.all(decays == 1.0):
+        decays = None  # no decay: the plain path, bit for bit
     n_samples, n_tokens, d = X.shape
     n_heads, d_out = V.shape[:2]
     # Exact power-of-two rescaling: y(2**e X) = 2**(3e) y(X), and heads

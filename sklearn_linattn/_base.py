@@ -5,7 +5,7 @@ from sklearn.base import RegressorMixin
 from sklearn.metrics import r2_score
 from sklearn.utils.validation import check_is_fitted
 
-from ._attention import mhla_forward, mhla_generate
+from ._attention import forward_checked, mhla_forward, mhla_generate
 from ._memory import real_tokens
 from ._units import SAFE_EXPONENT, scale_per_sample
 from ._validation import (
@@ -60,8 +60,8 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             # in one step: inputs far from the training data's magnitude have
             # standardized outputs beyond float64 whose user units are not.
             Xs, f = scale_per_sample(st.transform(X), safe=SAFE_EXPONENT)
-            out = st.outputs_to_user(mhla_forward(Xs, *heads, lengths, readout=self.readout,
-                                                  decays=self._head_decays()),
+            out = st.outputs_to_user(forward_checked(Xs, *heads, lengths, self.readout,
+                                                     self._head_decays()),
                                      sample_exponents=3 * f)
         return self._add_terms(out, X, lengths)
 
