@@ -16,12 +16,15 @@ __all__ = ["AttentionHeads", "from_torch"]
 
 #: What :func:`from_torch` returns: the heads and the affine terms of a layer
 #: as float64 arrays (intercept and skip_coef None when the layer has none),
-#: its readout, and the heads' fixed decays (None: no decay; the last field,
-#: None unless given, so that tuples built without it keep working).
+#: its readout, the heads' fixed decays (None: no decay) and ``constant``: None,
+#: or the value of a last token coordinate the heads read as a constant (1.0 for
+#: a layer whose q, k or v projection has a bias: heads over ``[x; 1]``).  The
+#: last two are None unless given, so that tuples built without them keep working.
 AttentionHeads = namedtuple(
     "AttentionHeads",
-    ["value_matrices", "key_query_matrices", "intercept", "skip_coef", "readout", "decays"],
-    defaults=(None,),
+    ["value_matrices", "key_query_matrices", "intercept", "skip_coef", "readout", "decays",
+     "constant"],
+    defaults=(None, None),
 )
 
 # What from_torch reads.  Weights by role: the package's own layout, then the names of
@@ -312,16 +315,20 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, de
     -------
     heads : AttentionHeads
         A named tuple ``(value_matrices, key_query_matrices, intercept,
-        skip_coef, readout, decays)``, float64 arrays of shapes (n_heads,
-        d_out, d), (n_heads, d, d), (d_out,), (d_out, d) and (n_heads,), None where absent.
+        skip_coef, readout, decays, constant)``, float64 arrays of shapes
+        (n_heads, d_out, d), (n_heads, d, d), (d_out,), (d_out, d) and
+        (n_heads,), None where absent.  When the q, k or v projection has a
+        bias, the heads are over ``d + 1`` coordinates, the tokens ``[x; 1]``
+        (``constant`` is then 1.0, else None): feed them
+        :class:`~sklearn_linattn.preprocessing.AppendConstant`'s output.
 
     Raises
     ------
     TypeError
         When the weights are not found, or a weight is complex, sparse or quantized.
     ValueError
-        When the layer is not plain linear attention (a non-zero bias on q, k or v,
-        a feature map, normalization, gate or undeclared ``decay``), a weight is
+        When the layer is not plain linear attention (a feature map,
+        normalization, gate or undeclared ``decay``), a weight is
         unreadable (not finite, no values, over the memory budget), or sizes disagree.
 
     See Also
@@ -376,14 +383,21 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, de
         label = f"module.{paths[role]}" if paths[role] is not None else "W_o"
         W[role], biases[role], labels[role] = (
             (None, None, label) if obj is None else _projection(obj, label))
-    for role in ("q", "k", "v"):
-        if biases[role] is not None and np.any(biases[role] != 0):
-            raise ValueError(
-                f"{labels[role][:-len('.weight')]}.bias must be zero or None; got a bias "
-                f"of largest magnitude {np.max(np.abs(biases[role])):.3g}. A bias on the "
-                "query, key or value projection adds terms of lower degree in the tokens that "
-                "no MHLA computes: read a layer whose q, k and v projections have no bias."
-            )
+    if package:
+        for role in ("q", "k", "v"):
+            value = getattr(owner, f"b_{role}", None)
+            biases[role] = None if value is None else _weight_array(value, f"module.b_{role}")
+    # Biases on q, k or v: the layer is attention on the tokens [x; 1], each weight with
+    # its bias as one more column (zero where a projection has none).
+    constant = 1.0 if any(biases[role] is not None for role in ("q", "k", "v")) else None
+    if constant is not None:
+        for role in ("q", "k", "v"):
+            b = np.zeros(W[role].shape[:-1]) if biases[role] is None else biases[role]
+            if b.shape != W[role].shape[:-1]:
+                raise ValueError(
+                    f"the bias of {labels[role]} must have shape {W[role].shape[:-1]}, one "
+                    f"per row of the weight; got shape {b.shape}.")
+            W[role] = np.concatenate([W[role], b[..., None]], axis=-1)
     if {W[role].ndim for role in ("q", "k", "v")} not in ({2}, {3}):
         raise ValueError(
             f"{labels['q']}, {labels['k']} and {labels['v']} must be all fused 2-D (rows, d) "
@@ -455,6 +469,9 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, de
             value = getattr(module, name, None)
             where[name] = f"module.{name}"
             affine[name] = None if value is None else _weight_array(value, where[name])
+        if constant is not None and affine["skip"] is not None:
+            # The skip term reads the token, not the constant coordinate.
+            affine["skip"] = np.concatenate([affine["skip"], np.zeros((d_out, 1))], axis=1)
     elif biases["o"] is not None:
         # The output projection's bias is the layer's constant term: exact, kept.
         affine["bias"], where["bias"] = biases["o"], labels["o"][:-len(".weight")] + ".bias"
@@ -465,4 +482,4 @@ def from_torch(module, *, readout=None, names=None, n_heads=None, scale=None, de
                 f"d={d}; got shape {affine[name].shape}."
             )
     return AttentionHeads(V, Q, affine["bias"], affine["skip"], check_readout(readout),
-                          decays)
+                          decays, constant)

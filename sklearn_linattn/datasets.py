@@ -15,6 +15,7 @@ __all__ = [
     "dfa_vocabulary",
     "make_associative_memory",
     "make_dfa_execution",
+    "make_in_context_regression",
     "make_random_mhla",
 ]
 
@@ -473,3 +474,118 @@ def make_dfa_execution(
         }
         return X, y, params
     return X, y
+
+
+# --------------------------------------------------------------------------
+# In-context regression (the setting of most theory on linear attention)
+# --------------------------------------------------------------------------
+
+
+def _check_covariance(covariance, D):
+    """``(Lambda, L)``: the covariance of the inputs (D, D) and its Cholesky factor."""
+    if covariance is None:
+        return np.eye(D), np.eye(D)
+    try:
+        C = np.asarray(covariance, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"covariance must be None or an array of numbers; got {covariance!r}."
+                        ) from None
+    if C.shape == (D,):
+        C = np.diag(C)
+    if C.shape != (D, D) or not np.all(np.isfinite(C)):
+        raise ValueError(
+            f"covariance must be None, the ({D},) diagonal or a ({D}, {D}) matrix of finite "
+            f"numbers (n_features={D}); got shape {C.shape}.")
+    if not np.allclose(C, C.T, rtol=1e-12, atol=1e-12 * np.abs(C).max(initial=0.0)):
+        raise ValueError("covariance must be symmetric; got a matrix that is not.")
+    try:
+        L = np.linalg.cholesky(C)
+    except np.linalg.LinAlgError:
+        raise ValueError("covariance must be positive definite; got a matrix that is not."
+                         ) from None
+    return C, L
+
+
+def make_in_context_regression(n_prompts, n_context, n_features, *, covariance=None, noise=0.0,
+                               task="linear", return_weights=False, random_state=None):
+    """Prompts of in-context linear regression: ``(x_1, y_1), ..., (x_N, y_N), (x_q, 0)``.
+
+    Each prompt has its own task ``w``, inputs ``x ~ N(0, covariance)`` and
+    labels ``y = w . x`` (plus noise); the target is the query's label.  The
+    tokens are ``(x_i, y_i)`` and the query token ``(x_q, 0)``, the setting of
+    most theory on linear attention; the user guide's :doc:`/in_context` page
+    gives the known optimum of one layer and what the package fits.
+
+    Parameters
+    ----------
+    n_prompts, n_context, n_features : int
+        Number of prompts, context pairs per prompt (N) and input dimension (D).
+    covariance : array-like of shape (n_features,) or (n_features, n_features) or None, \
+default=None
+        Covariance Lambda of the inputs (a diagonal, or a positive definite
+        matrix); None is the identity.
+    noise : float, default=0.0
+        Standard deviation of Gaussian noise added to every label, the
+        query's included.
+    task : {"linear", "sparse"}, default="linear"
+        ``"linear"``: ``w ~ N(0, I)``.  ``"sparse"``: ``w`` non-zero on
+        ``ceil(sqrt(D))`` coordinates drawn per prompt, those ``N(0, D / k)``,
+        so that ``E ||w||**2 = D`` as for ``"linear"``.
+    return_weights : bool, default=False
+        Also return each prompt's ``w``.
+    random_state : int, RandomState instance, Generator or None, default=None
+        Seeds the tasks, inputs and noise.
+
+    Returns
+    -------
+    X : ndarray of shape (n_prompts, n_context + 1, n_features + 1)
+        ``X[i, j] = (x_j, y_j)`` for j < N and ``X[i, N] = (x_q, 0)``.
+    y : ndarray of shape (n_prompts,)
+        The query's label ``w . x_q`` (plus noise).
+    w : ndarray of shape (n_prompts, n_features)
+        With ``return_weights=True`` only.
+
+    References
+    ----------
+    .. [1] R. Zhang, S. Frei, P. Bartlett, "Trained Transformers Learn Linear
+       Models In-Context", JMLR 25 (2024).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.datasets import make_in_context_regression
+    >>> X, y, w = make_in_context_regression(4, 8, 3, return_weights=True, random_state=0)
+    >>> X.shape, y.shape, w.shape
+    ((4, 9, 4), (4,), (4, 3))
+    >>> bool(np.allclose(X[:, :8, 3], np.einsum("ijk,ik->ij", X[:, :8, :3], w)))
+    True
+    >>> bool(np.all(X[:, 8, 3] == 0))
+    True
+    """
+    n_prompts = check_number(n_prompts, "n_prompts", integer=True, low=1)
+    n_context = check_number(n_context, "n_context", integer=True, low=1)
+    D = check_number(n_features, "n_features", integer=True, low=1)
+    noise = check_number(noise, "noise", low=0.0)
+    check_option(task, "task", ("linear", "sparse"))
+    return_weights = _check_bool(return_weights, "return_weights")
+    _, L = _check_covariance(covariance, D)
+    rng = validate_random_state(random_state)
+    _check_output_size(n_prompts * ((n_context + 1) * (D + 1) + D + 1),
+                       f"make_in_context_regression(n_prompts={n_prompts}, "
+                       f"n_context={n_context}, n_features={D})")
+    w = rng.standard_normal((n_prompts, D))
+    if task == "sparse":
+        k = int(np.ceil(np.sqrt(D)))
+        # k coordinates per prompt: the first k of a random permutation of each row.
+        keep = np.argsort(rng.random_sample((n_prompts, D)), axis=1)[:, :k]
+        mask = np.zeros((n_prompts, D), dtype=bool)
+        np.put_along_axis(mask, keep, True, axis=1)
+        w = np.where(mask, w * np.sqrt(D / k), 0.0)
+    inputs = rng.standard_normal((n_prompts, n_context + 1, D)) @ L.T
+    labels = np.einsum("ijk,ik->ij", inputs, w)
+    if noise > 0:
+        labels = labels + noise * rng.standard_normal(labels.shape)
+    X = np.concatenate([inputs, labels[:, :, None]], axis=2)
+    X[:, -1, -1] = 0.0  # the query's label is what the model predicts
+    y = labels[:, -1].copy()
+    return (X, y, w) if return_weights else (X, y)

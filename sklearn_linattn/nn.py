@@ -1,15 +1,18 @@
 """PyTorch in and out (the ``torch`` extra): fitted heads as a ``torch.nn.Module``, and back."""
 
 import math
+import types
 
 import numpy as np
 import torch
+from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from ._validation import as_real_array, check_readout
 from ._params import check_head_decays, check_number
 from ._torch_reader import AttentionHeads, from_torch
 from .layouts import projections_from_heads
+from .preprocessing import AppendConstant
 
 __all__ = ["AttentionHeads", "MultiHeadLinearAttention", "from_torch", "to_torch"]
 
@@ -48,6 +51,10 @@ class MultiHeadLinearAttention(torch.nn.Module):
     bias, skip : bool, default=False
         Whether the output has a learned constant term ``bias``, and a learned
         term ``skip @ x_t`` (both initially zero).
+    qkv_bias : bool, default=False
+        Whether the query, key and value projections have biases (``q = W_q x
+        + b_q``, ...; initially zero), as ``torch.nn.Linear`` has by default:
+        the package's attention on the tokens ``[x; 1]``.
     dtype : torch.dtype or None, default=None
         ``torch.float32`` or ``torch.float64``; None is torch's default dtype.
     device : torch.device, str or None, default=None
@@ -60,6 +67,9 @@ class MultiHeadLinearAttention(torch.nn.Module):
         d_v, d) and (d_out, n_heads * d_v), as in ``heads_from_projections``.
     bias, skip : torch.nn.Parameter or None
         Constant term (d_out,) and linear term (d_out, d) in the current token, or None.
+    b_q, b_k, b_v : torch.nn.Parameter or None
+        Biases of the projections, (n_heads, d_k), (n_heads, d_k) and (n_heads, d_v),
+        or None without ``qkv_bias``.
     decay : torch.Tensor of shape (n_heads,) or None
         The heads' fixed decays, a buffer saved in ``state_dict``; None without ``decay``.
 
@@ -80,7 +90,8 @@ class MultiHeadLinearAttention(torch.nn.Module):
     """
 
     def __init__(self, d, n_heads=1, *, d_k=None, d_v=None, d_out=None, scale=None,
-                 readout="last", decay=None, bias=False, skip=False, dtype=None, device=None):
+                 readout="last", decay=None, bias=False, skip=False, qkv_bias=False, dtype=None,
+                 device=None):
         # numpydoc ignore=PR01,EX01
         """Create the parameters, drawn by ``reset_parameters``; the arguments are the class's."""
         super().__init__()
@@ -105,6 +116,9 @@ class MultiHeadLinearAttention(torch.nn.Module):
         self.W_o = torch.nn.Parameter(torch.empty(d_out, self.n_heads * d_v, **kw))
         self.bias = torch.nn.Parameter(torch.empty(d_out, **kw)) if bias else None
         self.skip = torch.nn.Parameter(torch.empty(d_out, d, **kw)) if skip else None
+        self.b_q, self.b_k, self.b_v = (
+            (torch.nn.Parameter(torch.empty(self.n_heads, size, **kw)) for size in (d_k, d_k, d_v))
+            if qkv_bias else (None, None, None))
         # A buffer: it follows .to(device, dtype) and state_dict, and no optimizer trains it.
         self.register_buffer(
             "decay", None if decay is None else torch.as_tensor(decay, **kw))
@@ -132,7 +146,7 @@ class MultiHeadLinearAttention(torch.nn.Module):
             for W in (self.W_q, self.W_k, self.W_v, self.W_o):
                 bound = 1.0 / math.sqrt(W.shape[-1])
                 W.uniform_(-bound, bound)
-            for W in (self.bias, self.skip):
+            for W in (self.bias, self.skip, self.b_q, self.b_k, self.b_v):
                 if W is not None:
                     W.zero_()
 
@@ -161,7 +175,7 @@ class MultiHeadLinearAttention(torch.nn.Module):
         return (f"d={d}, n_heads={H}, d_k={d_k}, d_v={self.W_v.shape[1]}, "
                 f"d_out={self.W_o.shape[0]}, scale={self.scale:.6g}, "
                 f"readout={self.readout!r}, decay={decay}, bias={self.bias is not None}, "
-                f"skip={self.skip is not None}")
+                f"skip={self.skip is not None}, qkv_bias={self.b_q is not None}")
 
     def _check_input(self, x, mask):
         """The mask (None: all real), each sequence's last real token, whether NaN padded."""
@@ -254,10 +268,17 @@ class MultiHeadLinearAttention(torch.nn.Module):
         batch, n_tokens, _ = x.shape
         k = torch.einsum("hkd,bnd->bhnk", self.W_k, x)
         v = torch.einsum("hvd,bnd->bhnv", self.W_v, x)
+        if self.b_q is not None:
+            k, v = k + self.b_k[:, None], v + self.b_v[:, None]
+            if mask is not None:  # a padded token has no key and no value, biases included
+                real = mask[:, None, :, None].to(x.dtype)
+                k, v = k * real, v * real
         positions = torch.arange(n_tokens, device=x.device)
         if self.readout == "last":
             x_out = x[torch.arange(batch, device=x.device), last]  # (batch, d)
             q = torch.einsum("hkd,bd->bhk", self.W_q, x_out)
+            if self.b_q is not None:
+                q = q + self.b_q
             if self.decay is not None:
                 # decay[h] ** (last - s) on each key (multiplying by exact ones keeps a decay
                 # of 1 bit for bit the layer without decay).  Past the last token the
@@ -271,6 +292,8 @@ class MultiHeadLinearAttention(torch.nn.Module):
         else:
             x_out = x
             q = torch.einsum("hkd,bnd->bhnk", self.W_q, x)
+            if self.b_q is not None:
+                q = q + self.b_q[:, None]
             scores = torch.einsum("bhtk,bhsk->bhts", q, k)
             causal = torch.ones(n_tokens, n_tokens, dtype=torch.bool, device=x.device).tril()
             scores = scores.masked_fill(~causal, 0.0)
@@ -393,6 +416,31 @@ def _factor_heads(V, Q, decays, **kwargs):
     return p, layer_decays
 
 
+def _with_constant(model):
+    """``(fitted, constant)``: a fitted estimator as is (constant None), the estimator of a
+    Pipeline ``(AppendConstant, estimator)`` and the constant it appends, or the heads that
+    :func:`from_torch` read, as an object with an estimator's fitted attributes."""
+    if isinstance(model, AttentionHeads):
+        fitted = types.SimpleNamespace(
+            value_matrices_=model.value_matrices, key_query_matrices_=model.key_query_matrices,
+            intercept_=model.intercept, skip_coef_=model.skip_coef, head_decays_=model.decays,
+            readout=check_readout(model.readout))
+        return fitted, model.constant
+    if not isinstance(model, Pipeline):
+        check_is_fitted(model, ["value_matrices_", "key_query_matrices_"])
+        return model, None
+    steps = [step for _, step in model.steps if step not in (None, "passthrough")]
+    if len(steps) != 2 or not isinstance(steps[0], AppendConstant):
+        raise ValueError(
+            "to_torch takes a fitted estimator, or a Pipeline of AppendConstant and a fitted "
+            f"estimator (a layer with q, k and v biases); got a Pipeline of "
+            f"{[type(step).__name__ for step in steps]}. Other preprocessing (positions, "
+            "patches) is not part of the layer.")
+    check_is_fitted(steps[0])
+    check_is_fitted(steps[1], ["value_matrices_", "key_query_matrices_"])
+    return steps[1], float(steps[0].value)
+
+
 def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     """A fitted estimator as a :class:`MultiHeadLinearAttention` computing the same function.
 
@@ -402,9 +450,12 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
 
     Parameters
     ----------
-    estimator : LinearAttentionRegressor or AdamLinearAttentionRegressor
+    estimator : LinearAttentionRegressor, AdamLinearAttentionRegressor, Pipeline or AttentionHeads
         A fitted estimator (anything with ``value_matrices_``,
-        ``key_query_matrices_``, ``n_features_in_`` and ``readout``).
+        ``key_query_matrices_``, ``n_features_in_`` and ``readout``); a
+        fitted Pipeline of :class:`~sklearn_linattn.preprocessing.AppendConstant`
+        and one, or heads :func:`from_torch` read with a ``constant``: a
+        layer with q, k and v biases on the tokens before the constant.
     d_k, d_v : int or None, default=None
         Size of each head's queries and keys, and of its values; None is d and
         ``min(d_out, d)``, one module head per estimator head.
@@ -436,11 +487,15 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     >>> bool(np.allclose(out[:, 0], model.predict(X)))
     True
     """
-    check_is_fitted(estimator, ["value_matrices_", "key_query_matrices_"])
+    estimator, constant = _with_constant(estimator)
     if dtype not in _FLOATS:
         raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}.")
     V, Q = _fitted_heads(estimator)
     d_out, d = V.shape[1:]
+    if constant is not None and d < 2:
+        raise ValueError(
+            f"the estimator after AppendConstant reads tokens of d={d}: there is no token "
+            "besides the constant coordinate.")
     decays = getattr(estimator, "head_decays_", None)
     if decays is not None:
         decays = check_head_decays(decays, len(V), name="the estimator's head_decays_")
@@ -449,13 +504,23 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     p, layer_decays = _factor_heads(V, Q, decays, d_k=d_k, d_v=d_v, scale=scale)
     intercept = _fitted_affine(estimator, "intercept_", (d_out,))
     skip = _fitted_affine(estimator, "skip_coef_", (d_out, d))
+    values = {"W_q": p.W_q, "W_k": p.W_k, "W_v": p.W_v, "W_o": p.W_o}
+    if constant is not None:
+        # The last coordinate is the constant c: W [x; c] = W_x x + c w, a bias.
+        d -= 1
+        for role in ("q", "k", "v"):
+            W = values[f"W_{role}"]
+            values[f"W_{role}"], values[f"b_{role}"] = W[..., :d], constant * W[..., d]
+        if skip is not None:
+            extra = constant * skip[:, d]
+            skip = skip[:, :d] if np.any(skip[:, :d]) else None
+            intercept = extra if intercept is None else intercept + extra
+    values.update(bias=intercept, skip=skip)
     module = MultiHeadLinearAttention(
         d, len(p.W_q), d_k=p.W_q.shape[1], d_v=p.W_v.shape[1], d_out=d_out, scale=scale,
         readout=estimator.readout, decay=layer_decays, bias=intercept is not None,
-        skip=skip is not None, dtype=dtype,
+        skip=skip is not None, qkv_bias=constant is not None, dtype=dtype,
     )
-    values = {"W_q": p.W_q, "W_k": p.W_k, "W_v": p.W_v, "W_o": p.W_o,
-              "bias": intercept, "skip": skip}
     with torch.no_grad():
         for name, value in values.items():
             if value is not None:

@@ -13,6 +13,7 @@ from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
 from ._memory import real_tokens
 from ._params import check_head_decays
+from .preprocessing import AppendConstant
 from ._units import (
     NO_EXPONENT,
     column_exponents,
@@ -491,6 +492,10 @@ def compare_to_optimum(model, X, y, *, readout=None, sample_weight=None, alpha=0
     """
     compared = _ComparedModel(model, readout, intercept, skip_coef)
     layout = compared.layout
+    constant = getattr(model, "constant", None)
+    if constant is not None:
+        # Heads of a layer with q, k and v biases act on the tokens [x; constant].
+        X = AppendConstant(constant).fit_transform(X)
     Xv, lengths = check_sequences(X, n_features_in=compared.V.shape[2],
                                   expected_by="the model's heads act on tokens of that "
                                   "dimension", **layout)

@@ -11,7 +11,7 @@ from ._memory import real_tokens, resolve_budget
 from ._params import check_number, check_option
 from ._validation import check_data_format, check_sequences, to_data_format
 
-__all__ = ["Patches", "PositionalEncoding"]
+__all__ = ["AppendConstant", "Patches", "PositionalEncoding"]
 
 KINDS = ("onehot", "sinusoidal")
 ORIGINS = ("start", "end")
@@ -534,6 +534,151 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
             )
         names = [f"t{k}_{name}" for k in range(size) for name in input_features]
         return np.asarray(names, dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = sequence_tags(super().__sklearn_tags__())
+        tags.requires_fit = True
+        tags.transformer_tags.preserves_dtype = ["float64", "float32", "float16"]
+        return tags
+
+
+class AppendConstant(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
+    """A constant channel appended to every token: attention with biases as plain attention.
+
+    A layer whose query, key and value projections have biases computes
+    ``q = W_q x + b_q = [W_q b_q] [x; 1]``: it is the package's attention on
+    the tokens ``[x; 1]``, exactly (its output bias is the ``intercept_`` of
+    ``fit_intercept=True``).  So ``make_pipeline(AppendConstant(),
+    LinearAttentionRegressor(fit_intercept=True))`` fits the class of layers
+    with biases, its certificate speaks about the augmented tokens, and
+    :func:`~sklearn_linattn.nn.to_torch` of the Pipeline writes a layer with
+    biases on the tokens as given (the user guide's :doc:`/in_context` page).
+
+    Parameters
+    ----------
+    value : float, default=1.0
+        The constant, non-zero and finite (its size only rescales the biases).
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X and of the output, as for :class:`PositionalEncoding`.
+
+    Attributes
+    ----------
+    n_features_in_ : int
+        Token dimension d seen in ``fit``; the output has ``d + 1``.
+
+    See Also
+    --------
+    PositionalEncoding : positions appended to the tokens.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn.preprocessing import AppendConstant
+    >>> X = np.array([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [np.nan, np.nan]]])
+    >>> AppendConstant().fit_transform(X)[1]  # padding stays NaN
+    array([[ 5.,  6.,  1.],
+           [nan, nan, nan]])
+    """
+
+    def __init__(self, value=1.0, *, data_format="channels_last"):
+        self.value = value
+        self.data_format = data_format
+
+    def _check_params(self):
+        check_data_format(self.data_format)
+        value = check_number(self.value, "value")
+        if value == 0:
+            raise ValueError("value must be non-zero (a zero channel adds nothing); got 0.")
+        return value
+
+    def fit(self, X, y=None):
+        """Learn the token dimension.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences; trailing all-NaN tokens are padding.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self : AppendConstant
+            The fitted transformer.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.preprocessing import AppendConstant
+        >>> AppendConstant().fit(np.zeros((2, 4, 3))).n_features_in_
+        3
+        """
+        self._check_params()
+        X, _ = check_sequences(X, data_format=self.data_format, fill_value=None, copy=False)
+        self.n_features_in_ = X.shape[2]
+        return self
+
+    def transform(self, X):
+        """Each real token followed by ``value``; padding stays NaN.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, d) or list of (n_tokens_i, d) arrays
+            Sequences with the d seen in ``fit``; trailing all-NaN tokens are padding.
+
+        Returns
+        -------
+        X_out : ndarray of shape (n_samples, n_tokens, d + 1)
+            In the layout ``data_format``; float64, float32 and float16 keep their dtype.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.preprocessing import AppendConstant
+        >>> AppendConstant(2.0).fit_transform(np.ones((1, 1, 2)))
+        array([[[1., 1., 2.]]])
+        """
+        check_is_fitted(self)
+        value = self._check_params()
+        X, lengths = check_sequences(X, n_features_in=self.n_features_in_,
+                                     data_format=self.data_format, fill_value=None, copy=False)
+        n_samples, n_tokens, d = X.shape
+        _check_output_memory("augmented", (n_samples, n_tokens, d + 1), X.dtype,
+                             0, "nothing beside it", "Transform fewer sequences at a time.")
+        out = np.empty((n_samples, n_tokens, d + 1), dtype=X.dtype)
+        out[..., :d] = X
+        out[..., d] = np.where(real_tokens(lengths, n_tokens), value, np.nan)
+        return to_data_format(out, self.data_format)
+
+    def get_feature_names_out(self, input_features=None):
+        """Names of the output channels: the token's, then ``"const"``.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None
+            Names of the d token coordinates; default ``x0, ..., x{d-1}``.
+
+        Returns
+        -------
+        names : ndarray of str objects, shape (d + 1,)
+            One per output channel.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn.preprocessing import AppendConstant
+        >>> AppendConstant().fit(np.zeros((1, 2, 2))).get_feature_names_out().tolist()
+        ['x0', 'x1', 'const']
+        """
+        check_is_fitted(self)
+        if input_features is None:
+            input_features = [f"x{j}" for j in range(self.n_features_in_)]
+        elif len(input_features) != self.n_features_in_:
+            raise ValueError(
+                f"input_features must name the {self.n_features_in_} token coordinates; "
+                f"got {len(input_features)} names."
+            )
+        return np.asarray(list(input_features) + ["const"], dtype=object)
 
     def __sklearn_tags__(self):
         tags = sequence_tags(super().__sklearn_tags__())

@@ -3,7 +3,7 @@
 from ._adam import AdamLinearAttentionRegressor
 from ._estimators import LinearAttentionRegressor
 from ._transformer import LinearAttentionFeatures
-from .preprocessing import Patches, PositionalEncoding
+from .preprocessing import AppendConstant, Patches, PositionalEncoding
 
 __all__ = ["expected_failed_checks"]
 
@@ -40,7 +40,7 @@ _PARTIAL_FIT = {
     ),
 }
 _ESTIMATORS = (LinearAttentionRegressor, LinearAttentionFeatures, AdamLinearAttentionRegressor,
-               PositionalEncoding, Patches)
+               PositionalEncoding, Patches, AppendConstant)
 
 
 def expected_failed_checks(estimator):
@@ -52,7 +52,7 @@ def expected_failed_checks(estimator):
     Parameters
     ----------
     estimator : LinearAttentionRegressor, LinearAttentionFeatures, \
-AdamLinearAttentionRegressor, PositionalEncoding or Patches
+AdamLinearAttentionRegressor, PositionalEncoding, Patches or AppendConstant
         An instance (subclasses included), with any parameters.
 
     Returns

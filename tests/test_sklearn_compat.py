@@ -11,7 +11,7 @@ from sklearn_linattn import (
     LinearAttentionRegressor,
     LinearAttentionRegressorCV,
 )
-from sklearn_linattn.preprocessing import Patches, PositionalEncoding
+from sklearn_linattn.preprocessing import AppendConstant, Patches, PositionalEncoding
 from sklearn_linattn.utils import expected_failed_checks
 
 
@@ -33,6 +33,7 @@ from sklearn_linattn.utils import expected_failed_checks
         Patches(1),
         Patches(2, incomplete="zeros"),
         Patches(3, stride=1, align="start", incomplete="zeros"),
+        AppendConstant(),
     ],
     expected_failed_checks=expected_failed_checks,
 )

@@ -17,6 +17,8 @@ from sklearn_linattn import (  # noqa: E402
     mhla_forward,
 )
 from sklearn_linattn.nn import MultiHeadLinearAttention, from_torch, to_torch  # noqa: E402
+from sklearn_linattn.preprocessing import AppendConstant, PositionalEncoding  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
 
 
 def loop_module(x, lengths, W_q, W_k, W_v, W_o, scale, bias, skip, readout):
@@ -520,21 +522,77 @@ def test_a_malformed_mapping_is_refused_by_key(names, error, match):
         from_torch(ProjectedLinearAttention(4, 2, 2, 2), names=names)
 
 
-def test_a_bias_no_mhla_computes_is_refused_by_name():
+@pytest.mark.parametrize("H_kv", [None, 1])
+def test_biases_on_q_k_v_are_read_as_heads_on_tokens_with_a_constant(H_kv):
+    """A layer with q, k and v biases is the package's attention on [x; 1]: read exactly, and
+    written back by to_torch (biases then in the package's layer) to rounding."""
     torch.manual_seed(3)
-    layer = ProjectedLinearAttention(3, 1, 2, 2, qkv_bias=True)
-    with pytest.raises(ValueError, match=r"module.q_proj.bias must be zero or None"):
-        from_torch(layer)
+    layer = ProjectedLinearAttention(3, 2, 2, 2, num_kv_heads=H_kv, qkv_bias=True,
+                                     out_bias=True)
+    heads = from_torch(layer)
+    assert heads.constant == 1.0 and heads.value_matrices.shape == (2, 3, 4)
+    assert heads.key_query_matrices.shape == (2, 4, 4)
+    x = torch.randn(3, 5, 3, dtype=torch.float64)
+    z = AppendConstant().fit_transform(x.numpy())
+    assert_same_outputs(layer_outputs_of_heads(z, heads), layer(x).detach().numpy())
+    back = to_torch(heads)
+    assert back.b_q is not None and back.W_q.shape[2] == 3
+    assert_same_outputs(back(x).detach().numpy(), layer(x).detach().numpy(), rtol=1e-10)
+    # Only some projections with a bias: the others' column is zero.
     with torch.no_grad():
-        layer.q_proj.bias.zero_()
-        layer.k_proj.bias.zero_()
-    with pytest.raises(ValueError, match=r"module.v_proj.bias must be zero or None"):
-        from_torch(layer)
-    with torch.no_grad():
-        layer.v_proj.bias.zero_()
-    x = torch.randn(2, 4, 3, dtype=torch.float64)
-    assert_same_outputs(layer_outputs_of_heads(x.numpy(), from_torch(layer)),
+        layer.k_proj.bias = None
+    assert_same_outputs(layer_outputs_of_heads(z, from_torch(layer)),
                         layer(x).detach().numpy())
+
+
+@pytest.mark.parametrize("readout", ["last", "all"])
+def test_the_package_layer_with_biases_round_trips_with_padding(readout):
+    """The package's layer with qkv_bias: padded tokens have no key and no value (their bias
+    included), and from_torch / to_torch keep the function (decays, skip and bias too)."""
+    torch.manual_seed(4)
+    layer = MultiHeadLinearAttention(3, n_heads=2, d_k=2, d_out=2, qkv_bias=True, bias=True,
+                                     skip=True, readout=readout, decay=[0.9, 0.5],
+                                     dtype=torch.float64)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.normal_()
+    x = torch.randn(4, 6, 3, dtype=torch.float64)
+    x[1, 3:] = float("nan")
+    heads = from_torch(layer)
+    z = AppendConstant().fit_transform(x.numpy())
+    lengths = (~np.isnan(z[..., 0])).sum(axis=1)
+    y = mhla_forward(z, heads.value_matrices, heads.key_query_matrices, readout=readout,
+                     decays=heads.decays) + heads.intercept
+    rows = z[np.arange(4), lengths - 1] if readout == "last" else np.nan_to_num(z)
+    y = y + rows @ heads.skip_coef.T
+    expected = layer(x).detach().numpy()
+    np.testing.assert_allclose(y, expected, rtol=1e-12, atol=1e-12 * np.nanmax(np.abs(y)))
+    back = to_torch(heads)(x).detach().numpy()
+    np.testing.assert_allclose(back, expected, rtol=1e-10, atol=1e-10 * np.nanmax(np.abs(y)))
+
+
+def test_a_pipeline_with_a_constant_fits_and_writes_a_biased_layer():
+    """make_pipeline(AppendConstant(), LinearAttentionRegressor(fit_intercept=True)) fits the
+    class of layers with biases exactly, and to_torch of the Pipeline writes one."""
+    torch.manual_seed(5)
+    layer = MultiHeadLinearAttention(3, n_heads=2, d_k=2, d_out=2, qkv_bias=True, bias=True,
+                                     dtype=torch.float64)
+    with torch.no_grad():
+        for param in layer.parameters():
+            param.normal_()
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 7, 3))
+    X[np.arange(7)[None] >= rng.integers(2, 8, size=600)[:, None]] = np.nan
+    y = layer(torch.as_tensor(X)).detach().numpy()
+    pipe = make_pipeline(AppendConstant(), LinearAttentionRegressor(fit_intercept=True))
+    pipe.fit(X, y)
+    assert pipe[-1].certificate_
+    X_new = torch.randn(5, 9, 3, dtype=torch.float64)
+    expected = layer(X_new).detach().numpy()
+    assert_same_outputs(pipe.predict(X_new.numpy()), expected, rtol=1e-9)
+    assert_same_outputs(to_torch(pipe)(X_new).detach().numpy(), expected, rtol=1e-9)
+    with pytest.raises(ValueError, match="Pipeline of AppendConstant"):
+        to_torch(make_pipeline(PositionalEncoding(), LinearAttentionRegressor()))
 
 
 @pytest.mark.parametrize("attr, value, what", [

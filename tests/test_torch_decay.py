@@ -427,7 +427,8 @@ def test_from_torch_on_the_package_layer():
 def test_attention_heads_without_decays_keeps_working():
     from sklearn_linattn.nn import AttentionHeads
     heads = AttentionHeads(np.ones((1, 1, 2)), np.eye(2)[None], None, None, "last")
-    assert heads.decays is None and heads._fields[-1] == "decays"
+    assert heads.decays is None and heads.constant is None
+    assert heads._fields[-2:] == ("decays", "constant")
 
 
 def test_a_decay_float32_cannot_hold_is_refused_at_construction():
