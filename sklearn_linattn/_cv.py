@@ -460,6 +460,9 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     n_heads : int, "auto" or None, default=None
         Heads of the refitted model; the scores are those of the
         unconstrained least squares.
+    head_dim : int or None, default=None
+        The head dimension of the refitted model (as in
+        :class:`LinearAttentionRegressor`).
     decays : list, default=(None,)
         Candidate decays, each as the ``decay`` of
         :class:`LinearAttentionRegressor` (None, a float or a tuple):
@@ -510,7 +513,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         Number of splits.
     coef_, intercept_, skip_coef_, value_matrices_, key_query_matrices_, \
 n_heads_, certificate_, standardization_, feature_rank_, solver_, n_iter_, \
-n_features_in_, n_outputs_, local_certificate_, compression_residual_
+n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_, head_dim_gap_
         Those of the model refitted at ``alpha_`` (see
         :class:`LinearAttentionRegressor`).
 
@@ -544,6 +547,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         fit_intercept=False,
         fit_skip=False,
         n_heads=None,
+        head_dim=None,
         decays=(None,),
         solver="auto",
         scoring=None,
@@ -560,6 +564,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
         self.fit_intercept = fit_intercept
         self.fit_skip = fit_skip
         self.n_heads = n_heads
+        self.head_dim = head_dim
         self.decays = decays
         self.solver = solver
         self.scoring = scoring
@@ -575,7 +580,11 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_
     def _check_params(self):
         """The search's own parameters, then the fit's (without alpha, decay and the terms)."""
         _checked_alphas(self.alphas)
-        _checked_decays(self.decays)
+        candidates = _checked_decays(self.decays)
+        if self.head_dim is not None and any(c is not None for c in candidates):
+            raise ValueError(
+                "head_dim cannot be combined with decays: heads of a given dimension are "
+                f"fitted for the plain layer only; got decays={self.decays!r}.")
         _checked_term_options(self.fit_intercept, "fit_intercept")
         _checked_term_options(self.fit_skip, "fit_skip")
         if not (self.scoring is None or (isinstance(self.scoring, str)

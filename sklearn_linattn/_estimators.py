@@ -60,6 +60,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         the fewest heads whose fit is not materially worse.  Per decay with
         ``decay``.  The compression page says what "materially" means and
         what the search costs.
+    head_dim : int or None, default=None
+        The dimension of every head (a PyTorch layer's ``head_dim``): ``n_heads``
+        heads whose key-query and value matrices have rank at most ``head_dim``,
+        the best such layer found (alternating least squares from the closed
+        form's heads and random starts), with its certified gap
+        ``head_dim_gap_``.  Needs an integer ``n_heads``; not with ``decay``.
     decay : None, float or array-like of float, default=None
         Fixed decays in (0, 1] (retention): a token s steps back weighs
         ``gamma**s``; one block of psi features and one group of heads per
@@ -99,6 +105,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Each head's decay (None without ``decay``).
     n_heads_ : int
         Number of heads returned.
+    head_dim_, head_dim_gap_ : int or None, float or None
+        The head dimension fitted, and the training risk of those heads less
+        that of the unconstrained optimum (weighted mean squared error, summed
+        over outputs, in y's units): at least 0, and every layer of this
+        architecture has a risk at least the optimum's, so the best one is
+        within the gap.  None without ``head_dim`` (and in a loaded model).
     local_certificate_ : LocalCertificate or None
         For heads fitted to the data directly, whether the data identify them
         locally; None otherwise.
@@ -157,6 +169,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         *,
         alpha=0.0,
         n_heads=None,
+        head_dim=None,
         decay=None,
         solver="auto",
         token_dim=None,
@@ -171,6 +184,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.readout = readout
         self.alpha = alpha
         self.n_heads = n_heads
+        self.head_dim = head_dim
         self.decay = decay
         self.solver = solver
         self.token_dim = token_dim
@@ -270,8 +284,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         try:
             model = fit_model(
                 problem, solver=solver, alpha=self._fit_alpha(), tol=p.tol,
-                max_iter=p.max_iter, n_heads=p.n_heads, random_state=p.random_state,
-                log=p.log, **p.layout)
+                max_iter=p.max_iter, n_heads=p.n_heads, head_dim=p.head_dim,
+                random_state=p.random_state, log=p.log, **p.layout)
         finally:
             problem.release()
         # What a later partial_fit continues (statistics solvers only).
@@ -289,6 +303,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._standardized_heads = (model.V, model.Q)
         self._standardized_coef = model.coef
         self.n_heads_ = model.V.shape[0]
+        self.head_dim_ = p.head_dim
+        self.head_dim_gap_ = (None if model.head_dim_gap is None else
+                              model.standardizer.squared_errors_to_user(model.head_dim_gap).sum())
         self.n_features_in_ = problem.d
         self.n_outputs_ = problem.d_out
         self._single_output = bool(single_output)

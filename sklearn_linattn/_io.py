@@ -650,6 +650,8 @@ def load_model(path):
         _check_head_decays(path, model, values, decays)
     for name in _ATTRIBUTES:
         setattr(model, name, values.get(name))  # head_decays_ None without decays
+    # The head dimension is the parameter's; its gap is not stored.
+    model.head_dim_, model.head_dim_gap_ = getattr(model, "head_dim", None), None
     _check_heads_reproduce_coef(path, model, recorded, decays)
     _check_terms_match_params(path, model)
     _restore_standardization(path, model, values, decays)

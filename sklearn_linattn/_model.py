@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._certificate import IdentifiabilityCertificate, row_space_from_solution
-from ._heads import LocalCertificate, select_heads
+from ._heads import HeadChoice, LocalCertificate, fit_low_rank_heads, select_heads
 from ._terms import fit_terms
 
 __all__ = ["StandardizedModel", "fit_model"]
@@ -61,6 +61,7 @@ class StandardizedModel:
     feature_rank: int
     terms: object
     counts: object
+    head_dim_gap: np.ndarray | None = None
 
     def to_user(self):
         """The model in the data's units: the one conversion back.
@@ -82,8 +83,8 @@ class StandardizedModel:
 
 
 def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=None,
-              random_state=None, token_dim=None, data_format="channels_last", direct=True,
-              log=None):
+              head_dim=None, random_state=None, token_dim=None, data_format="channels_last",
+              direct=True, log=None):
     """Solve, certify and split into heads, all in the problem's standardized coordinates.
 
     Parameters
@@ -98,6 +99,9 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     n_heads : int, "auto" or None
         Compress to at most this many heads; ``"auto"``: to the fewest whose
         compression is not material (:func:`~._heads.select_heads`).
+    head_dim : int or None
+        Fit ``n_heads`` heads of rank at most this instead
+        (:func:`~._heads.fit_low_rank_heads`).
     random_state : None, int or RandomState
         Seeds the compression's restarts and a direct head fit.
     token_dim, data_format
@@ -140,8 +144,14 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     # decays).
     direct_rows = (problem.kept if direct and not terms.n_terms and st.decays is None
                    and not certificate.identifiable else None)
-    choice = select_heads(solution, row_space, counts, st, n_heads=n_heads, rows=direct_rows,
-                          random_state=random_state, log=log)
+    if head_dim is not None:
+        low = fit_low_rank_heads(solution.coef, row_space, counts, st.pair_weights,
+                                 n_heads=n_heads, head_dim=head_dim, gram=solution.gram_product,
+                                 random_state=random_state, log=log)
+        choice = HeadChoice(low.V, low.Q, None, None, None)
+    else:
+        choice = select_heads(solution, row_space, counts, st, n_heads=n_heads,
+                              rows=direct_rows, random_state=random_state, log=log)
     return StandardizedModel(
         standardizer=st, coef=solution.coef, beta=beta, V=choice.V, Q=choice.Q,
         head_decays=choice.head_decays, certificate=certificate,
@@ -149,4 +159,5 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         compression_residual=choice.compression_residual,
         solver=solution.method, n_iter=max(1, int(solution.n_iter)),
         feature_rank=solution.rank, terms=terms, counts=counts,
+        head_dim_gap=None if head_dim is None else low.excess,
     )

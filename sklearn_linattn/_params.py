@@ -164,6 +164,22 @@ def check_n_heads(n_heads):
     return int(n_heads)
 
 
+def check_head_dim(head_dim, n_heads, decays):
+    """None, or an integer >= 1 with an integer ``n_heads`` and no decays."""
+    if head_dim is None:
+        return None
+    head_dim = check_number(head_dim, "head_dim", integer=True, low=1)
+    if not isinstance(n_heads, int):
+        raise ValueError(
+            "head_dim needs n_heads, the layer's number of heads, as an integer; got "
+            f"n_heads={n_heads!r}.")
+    if decays is not None:
+        raise ValueError(
+            "head_dim cannot be combined with decay: heads of a given dimension are fitted "
+            f"for the plain layer only; got decay={decays!r}.")
+    return head_dim
+
+
 def check_flag(value, name):
     """A parameter that must be True or False (numpy bools too), as a bool."""
     if not isinstance(value, (bool, np.bool_)):
@@ -204,6 +220,7 @@ class FitParams:
     skip: bool | None
     log: ProgressLog
     n_blocks: int  # feature blocks, one per decay
+    head_dim: int | None = None
 
     @classmethod
     def checked(cls, estimator, *, solvers, alpha=True, decay=True, terms=True):
@@ -223,8 +240,9 @@ class FitParams:
         max_iter = check_number(e.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         intercept = check_flag(e.fit_intercept, "fit_intercept") if terms else None
         skip = check_flag(e.fit_skip, "fit_skip") if terms else None
+        head_dim = check_head_dim(getattr(e, "head_dim", None), n_heads, decays)
         return cls(readout=readout, layout=layout, solver=e.solver, alpha=penalty,
                    n_heads=n_heads, decays=decays, tol=tol, max_iter=max_iter,
                    random_state=e.random_state, intercept=intercept, skip=skip,
                    log=ProgressLog(type(e).__name__, e.verbose),
-                   n_blocks=1 if decays is None else len(decays))
+                   n_blocks=1 if decays is None else len(decays), head_dim=head_dim)

@@ -457,8 +457,9 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
         and one, or heads :func:`from_torch` read with a ``constant``: a
         layer with q, k and v biases on the tokens before the constant.
     d_k, d_v : int or None, default=None
-        Size of each head's queries and keys, and of its values; None is d and
-        ``min(d_out, d)``, one module head per estimator head.
+        Size of each head's queries and keys, and of its values; None is the
+        estimator's ``head_dim_`` when it has one, else d and ``min(d_out, d)``,
+        one module head per estimator head.
     dtype : torch.dtype, default=torch.float64
         ``torch.float64`` or ``torch.float32`` (about 7 significant digits).
 
@@ -499,6 +500,10 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     decays = getattr(estimator, "head_decays_", None)
     if decays is not None:
         decays = check_head_decays(decays, len(V), name="the estimator's head_decays_")
+    head_dim = getattr(estimator, "head_dim_", None)
+    if head_dim is not None:  # the fitted layer's own head dimension
+        d_k = head_dim if d_k is None else d_k
+        d_v = min(d_out, head_dim) if d_v is None else d_v
     size = d if d_k is None else _positive_int(d_k, "d_k")
     scale = 1.0 / math.sqrt(size)
     p, layer_decays = _factor_heads(V, Q, decays, d_k=d_k, d_v=d_v, scale=scale)

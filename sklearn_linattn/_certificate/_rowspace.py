@@ -84,6 +84,11 @@ class RowSpace:
         """``c^T Lambda_D c`` for each row c of C (..., psi), or None without a representation."""
         return None
 
+    def root(self, C):
+        """``R c`` for each row c of C (..., psi) with ``||R c||**2 = c^T Lambda_D c``, or None
+        without a representation."""
+        return None
+
     def allowance(self, hh, lev):
         """Null energy the coverage rule allows at rows of energy hh and leverage lev."""
         return self._null_lev * lev + self._null_rel * hh
@@ -174,6 +179,10 @@ class EigenBasis(RowSpace):
         proj = self._coordinates(C.reshape(-1, C.shape[-1])).reshape(*C.shape[:-1], self.rank)
         return np.einsum("...r,r,...r->...", proj, self._eigenvalues[: self.rank], proj)
 
+    def root(self, C):
+        proj = self._coordinates(C.reshape(-1, C.shape[-1])).reshape(*C.shape[:-1], self.rank)
+        return proj * np.sqrt(np.maximum(self._eigenvalues[: self.rank], 0.0))
+
     def _energies(self, H, hh):
         H2, coords, lev = self._project(H)
         if self.identifiable:
@@ -259,6 +268,9 @@ class CholeskyRowSpace(RowSpace):
     def quadratic(self, C):
         z = C @ self.factor  # rows of L^T c, G = L L^T
         return np.einsum("...p,...p->...", z, z) / self.weight_sum
+
+    def root(self, C):
+        return (C @ self.factor) / np.sqrt(self.weight_sum)
 
     def _energies(self, H, hh):
         # h^T Lambda_D^{-1} h = W ||L^{-1} h||^2 with G = L L^T.
