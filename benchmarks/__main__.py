@@ -42,6 +42,9 @@ def build_parser():
                         help="BLAS/OpenMP threads for the whole run (default: all usable "
                         "cores)")
     parser.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    parser.add_argument("--gram-ds", type=int, nargs="+", default=None, metavar="D",
+                        help="token dimensions of the gram row (default 4 8 16 32; d = 32 "
+                        "alone takes most of its 15 minutes)")
     return parser
 
 
@@ -101,7 +104,7 @@ def main(argv=None):
     if threads < 1:
         raise SystemExit(f"--threads must be a positive integer; got {threads}.")
     names = [n for n in (args.only or ROWS) if n not in args.skip]
-    ctx = Context(quick=args.quick, threads=threads, seed=args.seed)
+    ctx = Context(quick=args.quick, threads=threads, seed=args.seed, gram_ds=args.gram_ds)
     output = args.output
     if output is None:
         output = "-" if args.quick else str(DEFAULT_OUTPUT)

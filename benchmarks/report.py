@@ -131,6 +131,8 @@ under a minute without it, where the package's numpy learner runs the recipe ins
 - `--threads N`: BLAS/OpenMP threads for the whole run, set with threadpoolctl (default: all usable
   cores).
 - `--seed S`: seed of every random draw (default 0).
+- `--gram-ds D ...`: the token dimensions of the `gram` row (default 4 8 16 32; d = 32 alone
+  takes most of its time).
 
 Each ratio is measured in one run: the quantity and its baseline run interleaved (best of several
 repeats) on the same machine, so ratios are meaningful on a shared machine where absolute times are

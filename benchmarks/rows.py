@@ -89,6 +89,8 @@ class Context:
     ----------
     quick : bool
         Tiny sizes; targets are not judged.
+    gram_ds : tuple of int or None
+        The token dimensions of the ``gram`` row (None: 4, 8, 16 and 32).
     threads : int
         BLAS/OpenMP thread limit (also applied in child processes).
     seed : int
@@ -98,6 +100,7 @@ class Context:
     quick: bool = False
     threads: int = 1
     seed: int = 0
+    gram_ds: tuple = None  # the gram row's token dimensions (None: the row's own)
 
     def sizes(self, full, quick):
         """The row's size dictionary for this run."""
@@ -275,6 +278,8 @@ def row_gram(ctx):
     each other), hence the many rounds; see the load average.
     """
     p = ctx.sizes(GRAM_FULL, GRAM_QUICK)
+    if ctx.gram_ds:
+        p = dict(p, ds=tuple(ctx.gram_ds))
     n, N = p["n_tokens"], p["n_samples"]
     results = []
     for d in p["ds"]:

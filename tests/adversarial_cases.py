@@ -2885,7 +2885,6 @@ def _sparse_weights():
 
 
 for _name, (_make, _pat) in {
-    "q_proj_bias": (_q_bias, r"q_proj\.bias"),
     "num_heads_not_dividing": (_with_attr(_projection_layer, num_heads=3), r"num_heads"),
     "num_heads_vector": (_with_attr(_projection_layer, num_heads=_tensor([2, 2])), r"num_heads"),
     "feature_map": (_with_attr(_projection_layer, feature_map="elu"), r"feature_map"),
@@ -2895,6 +2894,28 @@ for _name, (_make, _pat) in {
 }.items():
     add(f"from_torch_{_name}", "nn.from_torch", _from_torch(_make), error=err(_pat),
         requires=_TORCH)
+def _q_bias_read(tmp):
+    import torch
+
+    layer = _q_bias()
+    heads = pkg().nn.from_torch(layer)
+    x = torch.randn(3, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z = np.concatenate([x.numpy(), np.ones((3, 5, 1))], axis=2)  # the tokens [x; 1]
+    return heads, ref_forward(z, heads.value_matrices, heads.key_query_matrices, "all"), (
+        layer(x).detach().numpy())
+
+
+def _q_bias_check(r):
+    heads, outputs, expected = r
+    expect(heads.constant == 1.0, f"constant {heads.constant}, expected 1.0 (a q bias)")
+    got = outputs + heads.intercept
+    expect(rel(got, expected) < 1e-12, f"the heads on [x; 1] differ from the layer by "
+           f"{rel(got, expected):.3g}")
+
+
+# A bias on q, k or v: the layer is attention on [x; 1] (it was refused before).
+add("from_torch_q_proj_bias", "nn.from_torch", _q_bias_read, check=_q_bias_check,
+    requires=_TORCH)
 add("from_torch_names_not_a_mapping", "nn.from_torch",
     _from_torch(_projection_layer, names=["q_proj"]), error=err(r"\bnames\b"),
     requires=_TORCH)
