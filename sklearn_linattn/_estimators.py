@@ -61,15 +61,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         ``decay``.  The compression page says what "materially" means and
         what the search costs.
     head_dim : int or None, default=None
-        The dimension of every head (a PyTorch layer's ``head_dim``): ``n_heads``
-        heads whose key-query and value matrices have rank at most ``head_dim``,
-        the best such layer found (alternating least squares from the closed
-        form's heads and random starts), with its certified gap
-        ``head_dim_gap_``.  Needs an integer ``n_heads``; not with ``decay``.
+        Every head's dimension (PyTorch's ``head_dim``): the best layer found
+        of ``n_heads`` (an integer) heads of rank at most ``head_dim``, with its
+        certified gap ``head_dim_gap_``.  Not with ``decay``.
     decay : None, float or array-like of float, default=None
         Fixed decays in (0, 1] (retention): a token s steps back weighs
-        ``gamma**s``; one block of psi features and one group of heads per
-        decay, fitted jointly and certified together (``head_decays_``).
+        ``gamma**s``; one group of heads per decay, fitted jointly.
     solver : {"auto", "eigh", "cholesky", "svd", "dual", "cg", "lsmr"}, default="auto"
         How the least squares is solved; all give the same fit and verdict to
         rounding (``"cg"`` to ``tol``).  ``"auto"`` never picks ``"lsmr"``
@@ -82,12 +79,11 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Layout of X (and of outputs with a token axis): (n_samples, n_tokens,
         d) or (n_samples, d, n_tokens) as aeon and sktime store series.
     random_state : int, RandomState instance or None, default=None
-        Seeds the random restarts of the head compression.
+        Seeds the restarts of the heads' compression or fit.
     verbose : int, default=0
-        Print the time spent in each stage when positive.
+        Print the time of each stage when positive.
     tol, max_iter : float and int or None, default=1e-8 and None
-        ``solver="cg"`` stops at a residual of the normal equations below
-        ``tol`` times their right-hand side, or after ``max_iter`` (1000).
+        ``"cg"`` stops at a relative residual ``tol``, or after ``max_iter`` (1000).
     fit_intercept, fit_skip : bool, default=False
         Add a constant ``intercept_``, and a linear term ``skip_coef_ @ x`` in
         the row's own token (a transformer block's residual path), both not
@@ -106,34 +102,27 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     n_heads_ : int
         Number of heads returned.
     head_dim_, head_dim_gap_ : int or None, float or None
-        The head dimension fitted, and the training risk of those heads less
-        that of the unconstrained optimum (weighted mean squared error, summed
-        over outputs, in y's units): at least 0, and every layer of this
-        architecture has a risk at least the optimum's, so the best one is
-        within the gap.  None without ``head_dim`` (and in a loaded model).
-    local_certificate_ : LocalCertificate or None
+        The head dimension, and the training risk of the heads less the
+        unconstrained optimum's (summed over outputs, in y's units): the best
+        layer of this architecture is within it.  None without ``head_dim``.
+    local_certificate_, compression_residual_ : LocalCertificate or None, float or None
         For heads fitted to the data directly, whether the data identify them
-        locally; None otherwise.
-    compression_residual_ : float or None
-        Relative coefficient residual of the compression (None without one).
+        locally; the relative coefficient residual of a compression.
     standardization_ : TokenStandardizer
         The standardized coordinates of the fit.
     n_features_in_, n_outputs_ : int
-        Token dimension d and output dimension d_out.
+        d and d_out.
     feature_rank_ : int
-        Numerical rank of the feature Gram matrix (psi when the training data
-        identify the function; an upper bound with ``"cg"``).
+        Rank of the feature Gram matrix (an upper bound with ``"cg"``).
     certificate_ : IdentifiabilityCertificate
         Truthy iff every empirical risk minimizer computes the same function
         on every input (``certify_identifiability`` of the same data).
-    solver_ : str
-        The solver that produced the fit (``"auto"`` resolved).
-    n_iter_ : int
-        Iterations of ``solver="cg"`` (1 for the direct solvers).
+    solver_, n_iter_ : str, int
+        The solver of the fit (``"auto"`` resolved), and its iterations (1 but
+        for ``"cg"``).
 
     See Also
     --------
-    LinearAttentionFeatures : the feature map on its own.
     LinearAttentionRegressorCV : alpha, decays and terms chosen by cross-validation.
 
     Notes
@@ -158,8 +147,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     >>> model.n_heads_  # the fewest heads computing the fitted function
     1
     >>> X_long = rng.normal(size=(3, 40, 3))  # longer than any training sequence
-    >>> y_long = np.einsum("aj,ntj,ntk,kl,nl->n", V[0], X_long, X_long, Q[0], X_long[:, -1])
-    >>> bool(np.allclose(model.predict(X_long), y_long))
+    >>> f = np.einsum("aj,ntj,ntk,kl,nl->n", V[0], X_long, X_long, Q[0], X_long[:, -1])
+    >>> bool(np.allclose(model.predict(X_long), f))
     True
     """
 
