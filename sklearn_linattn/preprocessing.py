@@ -27,6 +27,16 @@ def _sinusoidal_frequencies(n_channels, max_period):
     return max_period ** (-2.0 * np.arange(n_channels // 2) / n_channels)
 
 
+def _input_names(n, input_features, what):
+    """The names of the n input channels: ``input_features`` (checked), or x0, x1, ..."""
+    if input_features is None:
+        return [f"x{j}" for j in range(n)]
+    if len(input_features) != n:
+        raise ValueError(
+            f"input_features must name the {n} {what}; got {len(input_features)} names.")
+    return list(input_features)
+
+
 def _check_output_memory(what, shape, dtype, work, work_text, advice):
     """A ValueError, before allocating it, for an output of ``shape`` beyond the memory budget.
 
@@ -283,14 +293,8 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         ['price', 'volume', 'pos0', 'pos1']
         """
         check_is_fitted(self)
-        if input_features is None:
-            input_features = [f"x{j}" for j in range(self.n_features_in_)]
-        elif len(input_features) != self.n_features_in_:
-            raise ValueError(
-                f"input_features must name the {self.n_features_in_} token coordinates; "
-                f"got {len(input_features)} names."
-            )
-        names = list(input_features) + [f"pos{p}" for p in range(self.n_positions_)]
+        names = (_input_names(self.n_features_in_, input_features, "token coordinates")
+                 + [f"pos{p}" for p in range(self.n_positions_)])
         return np.asarray(names, dtype=object)
 
     def __sklearn_tags__(self):
@@ -525,13 +529,7 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         """
         check_is_fitted(self)
         size, _ = self._check_params()
-        if input_features is None:
-            input_features = [f"x{j}" for j in range(self.n_features_in_)]
-        elif len(input_features) != self.n_features_in_:
-            raise ValueError(
-                f"input_features must name the {self.n_features_in_} channels; "
-                f"got {len(input_features)} names."
-            )
+        input_features = _input_names(self.n_features_in_, input_features, "channels")
         names = [f"t{k}_{name}" for k in range(size) for name in input_features]
         return np.asarray(names, dtype=object)
 
@@ -671,14 +669,8 @@ class AppendConstant(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
         ['x0', 'x1', 'const']
         """
         check_is_fitted(self)
-        if input_features is None:
-            input_features = [f"x{j}" for j in range(self.n_features_in_)]
-        elif len(input_features) != self.n_features_in_:
-            raise ValueError(
-                f"input_features must name the {self.n_features_in_} token coordinates; "
-                f"got {len(input_features)} names."
-            )
-        return np.asarray(list(input_features) + ["const"], dtype=object)
+        names = _input_names(self.n_features_in_, input_features, "token coordinates")
+        return np.asarray(names + ["const"], dtype=object)
 
     def __sklearn_tags__(self):
         tags = sequence_tags(super().__sklearn_tags__())
