@@ -1,7 +1,7 @@
 """
-============================================================
+===============================================================
 In-context linear regression: the optimum of one layer, exactly
-============================================================
+===============================================================
 
 A prompt is ``N`` pairs ``(x_i, y_i)`` with ``y_i = w . x_i`` for a task ``w`` of its own, then a
 query ``(x_q, 0)``; the target is ``w . x_q``. One linear self-attention layer trained on such
@@ -109,7 +109,7 @@ fig.tight_layout()
 
 # %%
 # Heads of dimension one: exact fits against the plateaus of gradient descent
-# -----------------------------------------------------------------------------
+# ---------------------------------------------------------------------------
 # A layer of k heads of dimension one has key-query matrices of rank one; the best such layer
 # for k = 0 (the zero model), 1, 2 and 3 is fitted exactly with ``head_dim=1``, and its
 # certified gap says how far it is from the unconstrained optimum. Gradient descent from a small
