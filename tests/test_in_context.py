@@ -111,3 +111,17 @@ def test_append_constant_refuses_zero_and_other_token_dimensions():
     enc = AppendConstant().fit(np.ones((1, 2, 2)))
     with pytest.raises(ValueError, match=r"\b2\b"):
         enc.transform(np.ones((1, 2, 3)))
+
+
+def test_targets_judged_at_float32_precision_only_when_rounded_to_float32():
+    """Regression: integer and one-hot targets (float32 values, but exact data) were judged at
+    float32's precision, which let n_heads="auto" accept changes of the function 4 float32 eps
+    large on exact targets."""
+    from sklearn_linattn._units import EPS32, EPS64, target_precision
+
+    assert target_precision(np.arange(10.0)) == EPS64
+    assert target_precision(np.eye(3)) == EPS64
+    assert target_precision(np.array([0.5, -0.25, 3.0])) == EPS64
+    outputs = np.random.default_rng(0).normal(size=50)
+    assert target_precision(outputs) == EPS64
+    assert target_precision(outputs.astype(np.float32).astype(np.float64)) == EPS32

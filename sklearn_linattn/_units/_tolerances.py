@@ -38,7 +38,11 @@ def score_tie(counts, d_out, y_exponents, scoring):
 
 def target_precision(Y):
     """The relative precision the targets carry: float32's eps when every one is a float32
-    value (a float32 layer's output, whatever its dtype now), else float64's."""
+    value and some use the last bits of float32's mantissa (a float32 layer's output, whatever
+    its dtype now), else float64's: integers, one-hot and other short values are exact data."""
     with np.errstate(over="ignore", invalid="ignore"):
-        exact = np.array_equal(Y.astype(np.float32), Y)
-    return EPS32 if exact else EPS64
+        Y32 = np.asarray(Y).astype(np.float32)
+        if not np.array_equal(Y32, Y):
+            return EPS64
+    # The low 8 of float32's 23 mantissa bits are zero in every short value.
+    return EPS32 if np.any(Y32.view(np.uint32) & 0xFF) else EPS64
