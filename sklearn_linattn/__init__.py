@@ -20,6 +20,7 @@ from .layouts import (
 )
 from ._estimators import LinearAttentionRegressor
 from ._cv import LinearAttentionRegressorCV
+from ._sequence import SequenceRegressor, make_sequence_regressor
 from ._transformer import LinearAttentionFeatures
 from ._io import load_model, save_model
 from .optimality import OptimalityReport, compare_to_optimum
@@ -38,6 +39,7 @@ __all__ = [
     "LinearAttentionFeatures",
     "LinearAttentionRegressor",
     "LinearAttentionRegressorCV",
+    "SequenceRegressor",
     "LocalCertificate",
     "OptimalityReport",
     "RepairResult",
@@ -57,6 +59,7 @@ __all__ = [
     "learning_rate_schedule",
     "load_model",
     "metrics",
+    "make_sequence_regressor",
     "mhla_forward",
     "mhla_generate",
     "mhla_loss_gradient",

@@ -7,6 +7,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._attention import forward_checked, mhla_forward, mhla_generate
 from ._memory import real_tokens
+from ._terms import linear_columns
 from ._units import SAFE_EXPONENT, scale_per_sample
 from ._validation import (
     check_data_format,
@@ -71,10 +72,11 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
 
     def _has_terms(self):
         return bool(np.any(getattr(self, "intercept_", 0.0))
-                    or np.any(getattr(self, "skip_coef_", 0.0)))
+                    or np.any(getattr(self, "skip_coef_", 0.0))
+                    or getattr(self, "linear_coef_", None) is not None)
 
     def _add_terms(self, out, X, lengths):
-        """Add the intercept and skip terms ``b + W x_row`` (padded positions stay NaN)."""
+        """Add the terms ``b + W x_row`` and the linear term (padded positions stay NaN)."""
         if not self._has_terms():
             return out
         X = np.asarray(X, dtype=np.float64)
@@ -82,8 +84,13 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             x = X[np.arange(X.shape[0]), lengths - 1]
         else:
             x = np.where(real_tokens(lengths, X.shape[1])[:, :, None], X, 0.0)
+        linear = getattr(self, "linear_coef_", None)
         with np.errstate(over="ignore", invalid="ignore"):
             terms = self.intercept_ + x @ self.skip_coef_.T
+            if linear is not None:
+                # Lags beyond the training length have no coefficient.
+                terms = terms + linear_columns(X, lengths, linear.shape[1]) @ linear.reshape(
+                    linear.shape[0], -1).T
         if np.isinf(terms).any():
             raise ValueError(
                 "The intercept and skip terms of these inputs cannot be represented in "

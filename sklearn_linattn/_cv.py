@@ -50,17 +50,20 @@ from ._estimators import LinearAttentionRegressor
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
 from ._params import FitParams, check_decays
-from ._problem import StandardizedProblem, keep_rows
+from ._problem import StandardizedProblem, keep_rows, with_linear_columns
 from ._solvers import REGISTRY, SOLVERS, STATISTICS_SOLVERS, choose_solver
 from ._source import ArraySource, user_stacklevel
 from ._units import EPS64, score_tie
-from ._terms import LinearTerms, eliminate
+from ._terms import LinearTerms, eliminate_path
 from .exceptions import GridEdgeWarning
 
 __all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scores",
            "split_groups"]
 
 DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+DEFAULT_ALPHAS_LINEAR = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+# How the split scores of a candidate make its score.
+FOLD_SCORES = ("mean", "median")
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
@@ -231,21 +234,26 @@ def _split_solves(train, alphas, solver_name):
     return solver.coefs(alphas), train.moment
 
 
-def _split_coefficients(solved, b, y_cross, cols, d_out, n_terms):
+def _split_coefficients(solved, b, y_cross, cols, d_out, terms, alphas_linear):
     """Attention and term coefficients of one candidate's columns ``cols`` of the solves.
 
     The solve of every target column serves every candidate set of terms:
-    a candidate's are its columns, its terms eliminated from them alone.
+    a candidate's are its columns, its terms eliminated from them alone, for
+    every penalty of its linear term at once.  Returns ``(coefs, betas)`` of
+    shapes (n_alphas_linear, n_alphas, d_out, m) and (n_alphas_linear,
+    n_alphas, n_columns, d_out).
     """
     solved = solved[:, cols]
-    if not n_terms:
-        return solved, np.zeros((solved.shape[0], 0, d_out))
+    k = len(alphas_linear)
+    if not terms.n_columns:
+        return solved[None].repeat(k, axis=0), np.zeros((k, solved.shape[0], 0, d_out))
     b, y_cross = b[:, cols], y_cross[np.ix_(cols, cols)]
-    coefs = np.empty((solved.shape[0], d_out, solved.shape[2]))
-    betas = np.empty((solved.shape[0], n_terms, d_out))
+    coefs = np.empty((k, solved.shape[0], d_out, solved.shape[2]))
+    betas = np.empty((k, solved.shape[0], terms.n_columns, d_out))
     for i, coef in enumerate(solved):
         cross = b.T @ coef.T  # [Y, E]^T W Phi coef^T
-        betas[i], coefs[i] = eliminate(coef, y_cross, cross, d_out)
+        betas[:, i], coefs[:, i] = eliminate_path(coef, y_cross, cross, d_out, terms,
+                                                  alphas_linear)
     return coefs, betas
 
 
@@ -304,7 +312,8 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
     terms : list of LinearTerms or None, default=None
         Candidate linear terms, each among the problem's own (None: the
         problem's own only).  Each split's solves serve every candidate: the
-        candidates differ only in which term columns are eliminated.
+        candidates differ only in which term columns are eliminated (and in
+        the linear term's penalty).
 
     Returns
     -------
@@ -313,9 +322,16 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
         candidate, then of the next).
     """
     stats = problem.group_stats
-    d_out = problem.d_out
+    # The linear term's columns are among the problem's targets.
+    d_out = problem.d_out - problem.terms.n_window
+    standardizer = (problem.standardizer.with_outputs(d_out) if problem.terms.n_window
+                    else problem.standardizer)
     candidates = [problem.terms] if terms is None else list(terms)
-    columns = [t.target_columns(d_out, problem.terms) for t in candidates]
+    # Candidates that differ in the linear term's penalty alone share one elimination.
+    shapes = list(dict.fromkeys(t.with_penalty(0.0) for t in candidates))
+    penalties = [[t.alpha_linear for t in candidates if t.with_penalty(0.0) == shape]
+                 for shape in shapes]
+    columns = [t.target_columns(d_out, problem.terms) for t in shapes]
     whole = problem.solve(solver, 0.0)
     if whole.eigenvectors is not None and whole.rank < whole.n_features:
         # Each group projected once; the splits' sums and solves are then of the rank's size.
@@ -323,7 +339,7 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
         stats = [_Projected(part, basis) for part in stats]
     else:
         stats = [_Whole(part) for part in stats]
-    scores = np.empty((len(candidates), alphas.size, len(parts)))
+    scores = {}
     for k, (train_groups, test_groups) in enumerate(parts):
         train, test = _summed(stats, train_groups), _summed(stats, test_groups)
         if train.n_rows == 0 or test.n_rows == 0:
@@ -332,28 +348,32 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
                 f"the {side} part of split {k} holds no sequence of positive sample weight: "
                 "there is nothing to fit or to score.")
         solved, b = _split_solves(train, alphas, solver)
-        for j, (t, cols) in enumerate(zip(candidates, columns)):
-            coefs, betas = _split_coefficients(solved, b, train.y_cross, cols, d_out, t.n_terms)
-            sse = _held_out_errors(test, coefs, betas, cols)
-            scores[j, :, k] = _split_scores(sse, test, scoring, problem.standardizer)
+        for shape, cols, lams in zip(shapes, columns, penalties):
+            coefs, betas = _split_coefficients(solved, b, train.y_cross, cols, d_out, shape,
+                                               lams)
+            for lam, c, beta in zip(lams, coefs, betas):
+                sse = _held_out_errors(test, c, beta, cols)
+                scores.setdefault((shape, lam), np.empty((alphas.size, len(parts))))[:, k] = (
+                    _split_scores(sse, test, scoring, standardizer))
+    scores = np.stack([scores[(t.with_penalty(0.0), t.alpha_linear)] for t in candidates])
     return scores.reshape(-1, len(parts))
 
 
-def _checked_alphas(alphas):
-    """``alphas`` as a 1-D float array of finite non-negative values."""
+def _checked_alphas(alphas, name="alphas"):
+    """``alphas`` as a 1-D float array of finite non-negative values (``name``: the message's)."""
     try:
         values = np.asarray(alphas, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(
-            f"alphas must be a non-negative number or a 1-D array-like of them; got "
+            f"{name} must be a non-negative number or a 1-D array-like of them; got "
             f"{alphas!r}.") from None
     values = values.reshape(1) if values.ndim == 0 else values
     if values.ndim != 1 or values.size == 0:
         raise ValueError(
-            f"alphas must be a non-empty 1-D array-like of non-negative numbers; got an "
+            f"{name} must be a non-empty 1-D array-like of non-negative numbers; got an "
             f"array of shape {np.shape(alphas)}.")
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError(f"alphas must be finite and non-negative; got {alphas!r}.")
+        raise ValueError(f"{name} must be finite and non-negative; got {alphas!r}.")
     return values
 
 
@@ -384,10 +404,15 @@ def _checked_term_options(value, name):
     return (bool(value),)
 
 
-def _term_candidates(d, intercept, skip):
-    """Every candidate set of linear terms (the fewest first) and their union."""
-    candidates = [LinearTerms(d, intercept=i, skip=k) for i in intercept for k in skip]
-    return candidates, LinearTerms(d, intercept=max(intercept), skip=max(skip))
+def _term_candidates(d, intercept, skip, linear=(False,), alphas_linear=(), n_lags=0):
+    """Every candidate set of linear terms (the fewest first, each linear penalty) and their union."""
+    candidates = [
+        LinearTerms(d, intercept=i, skip=k, n_lags=n_lags, alpha_linear=a) if w
+        else LinearTerms(d, intercept=i, skip=k)
+        for w in linear for i in intercept for k in skip
+        for a in (alphas_linear if w else (0.0,))]
+    return candidates, LinearTerms(d, intercept=max(intercept), skip=max(skip),
+                                   n_lags=n_lags if max(linear) else 0)
 
 
 def _warn_if_at_the_edge(alphas, alpha):
@@ -546,11 +571,14 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         readout="last",
         fit_intercept=False,
         fit_skip=False,
+        fit_linear=False,
+        alphas_linear=DEFAULT_ALPHAS_LINEAR,
         n_heads=None,
         head_dim=None,
         decays=(None,),
         solver="auto",
         scoring=None,
+        fold_score="mean",
         token_dim=None,
         data_format="channels_last",
         random_state=None,
@@ -563,11 +591,14 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         self.readout = readout
         self.fit_intercept = fit_intercept
         self.fit_skip = fit_skip
+        self.fit_linear = fit_linear
+        self.alphas_linear = alphas_linear
         self.n_heads = n_heads
         self.head_dim = head_dim
         self.decays = decays
         self.solver = solver
         self.scoring = scoring
+        self.fold_score = fold_score
         self.token_dim = token_dim
         self.data_format = data_format
         self.random_state = random_state
@@ -587,6 +618,15 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
                 f"fitted for the plain layer only; got decays={self.decays!r}.")
         _checked_term_options(self.fit_intercept, "fit_intercept")
         _checked_term_options(self.fit_skip, "fit_skip")
+        if _checked_term_options(self.fit_linear, "fit_linear") != (False,):
+            _checked_alphas(self.alphas_linear, "alphas_linear")
+            if self.readout != "last":
+                raise ValueError(
+                    f"fit_linear needs readout='last' (one linear term in the tokens of each "
+                    f"sequence); got readout={self.readout!r}.")
+        if not (isinstance(self.fold_score, str) and self.fold_score in FOLD_SCORES):
+            raise ValueError(
+                f"fold_score must be one of {FOLD_SCORES}; got {self.fold_score!r}.")
         if not (self.scoring is None or (isinstance(self.scoring, str)
                                          and self.scoring in SCORINGS)):
             raise ValueError(
@@ -684,11 +724,16 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
             if REGISTRY[wide].penalty_path is not None and not REGISTRY[wide].statistics:
                 solver = wide
         self._check_memory(psi, d, n_blocks, int(labels.max()) + 1)
+        linear = _checked_term_options(self.fit_linear, "fit_linear")
         term_options, terms = _term_candidates(
             d, _checked_term_options(self.fit_intercept, "fit_intercept"),
-            _checked_term_options(self.fit_skip, "fit_skip"))
+            _checked_term_options(self.fit_skip, "fit_skip"), linear,
+            _checked_alphas(self.alphas_linear, "alphas_linear") if max(linear) else (),
+            source.n_tokens)
+        if terms.n_window:
+            source = with_linear_columns(source, terms.n_lags)
         # Heads fitted to the rows directly need the rows (a compression without terms).
-        direct = params.n_heads is not None and not terms.n_terms and union is None
+        direct = params.n_heads is not None and not terms.n_columns and union is None
         # The folds' statistics in the pass, whatever solves the whole.
         pass_solver = solver if REGISTRY[solver].statistics else STATISTICS_SOLVERS[0]
         problem = StandardizedProblem.from_source(
@@ -706,7 +751,8 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
             cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=solver,
                                    terms=term_options)
             for p in problems])
-        tie = score_tie(problem.stats, problem.d_out, problem.standardizer.y_exponents,
+        d_out = problem.d_out - terms.n_window
+        tie = score_tie(problem.stats, d_out, problem.standardizer.y_exponents[:d_out],
                          self.scoring)
         chosen = self._set_results(alphas, searched, scores, tie)
         self._decays_in_use = self.decay_
@@ -717,7 +763,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         params.log(f"{alphas.size} alphas, {len(candidates)} decays and {len(term_options)} "
                    f"sets of terms scored on {len(parts)} splits, alpha_ = {self.alpha_:g}, "
                    f"decay_ = {self.decay_}, fit_intercept_ = {self.fit_intercept_}, "
-                   f"fit_skip_ = {self.fit_skip_}")
+                   f"fit_skip_ = {self.fit_skip_}, fit_linear_ = {self.fit_linear_}")
         _warn_if_at_the_edge(alphas, self.alpha_)
         return self._fit_problem(refit, params, solver, source.single_output)
 
@@ -746,6 +792,9 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         """
         with np.errstate(over="ignore"):
             means, stds = scores.mean(axis=1), scores.std(axis=1)
+        # The candidates' scores: the splits' mean, or their median (one split
+        # with an outlying sequence cannot decide).
+        chosen_by = means if self.fold_score == "mean" else np.median(scores, axis=1)
         # Scores near float64's limit: their squares overflowed, scaled they do not.
         big = np.isfinite(means) & ~np.isfinite(stds)
         if big.any():
@@ -758,8 +807,8 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
                 "needs at least two held-out rows per split (LeaveOneOut holds out one). Use "
                 "scoring='neg_mean_squared_error' or a splitter with larger test parts.")
         ranks = np.full(means.size, np.iinfo(np.int32).max, dtype=np.int32)
-        ranks[valid] = rankdata(-means[valid], method="min")
-        scored = np.where(valid, means, -np.inf)
+        ranks[valid] = rankdata(-chosen_by[valid], method="min")
+        scored = np.where(valid, chosen_by, -np.inf)
         # The first candidate (decays, then fewer terms, then alphas in order) whose
         # score is within rounding of the best: scores that differ in their last
         # digits (another unit of the data) never decide a choice.
@@ -772,6 +821,11 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
             columns["fit_intercept"] = [t.intercept for _, _, t in grid]
         if len({t.skip for _, t in searched}) > 1:
             columns["fit_skip"] = [t.skip for _, _, t in grid]
+        if any(t.n_lags for _, t in searched):
+            if len({bool(t.n_lags) for _, t in searched}) > 1:
+                columns["fit_linear"] = [bool(t.n_lags) for _, _, t in grid]
+            columns["alpha_linear"] = [t.alpha_linear if t.n_lags else None
+                                       for _, _, t in grid]
         results = {}
         for name, values in columns.items():
             column = np.empty(len(values), dtype=np.float64 if name == "alpha" else object)
@@ -788,5 +842,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         alpha, self.decay_, terms = grid[best]
         self.alpha_ = float(alpha)
         self.fit_intercept_, self.fit_skip_ = terms.intercept, terms.skip
-        self.best_score_ = float(means[best])
+        self.fit_linear_ = bool(terms.n_lags)
+        self.alpha_linear_ = terms.alpha_linear if terms.n_lags else None
+        self.best_score_ = float(chosen_by[best])
         return best // alphas.size

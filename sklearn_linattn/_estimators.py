@@ -15,7 +15,7 @@ from ._base import AttentionHeadsRegressorMixin
 from ._features import features_matvec, n_attention_features, row_factors
 from ._memory import sample_chunks, real_tokens, sample_values
 from ._model import fit_model
-from ._problem import FitState, StandardizedProblem, data_source, keep_rows
+from ._problem import FitState, StandardizedProblem, data_source, keep_rows, with_linear_columns
 from ._solvers import (
     REGISTRY,
     SOLVERS,
@@ -88,6 +88,12 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Add a constant ``intercept_``, and a linear term ``skip_coef_ @ x`` in
         the row's own token (a transformer block's residual path), both not
         penalized; the fit and the certificate are then about the joint class.
+    fit_linear, alpha_linear : bool and float, default=False and 1e-2
+        Add a linear term ``linear_coef_`` in every token of the sequence
+        (``readout="last"``; lag 0 the last token) with its own ridge penalty
+        ``alpha_linear``, on columns scaled to unit variance and relative to
+        the weight sum (``Ridge(alpha=alpha_linear * n_samples)`` after
+        ``StandardScaler``), jointly and exactly: a linear autoregression.
 
     Attributes
     ----------
@@ -95,6 +101,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         Folded coefficients: ``y = H(X) @ coef_.T`` (plus the terms).
     intercept_, skip_coef_ : ndarray of shape (d_out,) and (d_out, d)
         The terms (zeros without ``fit_intercept`` / ``fit_skip``).
+    linear_coef_ : ndarray of shape (d_out, n_tokens, d) or None
+        The linear term by lag (None without ``fit_linear``).
     value_matrices_, key_query_matrices_ : ndarray of shape (H, d_out, d) and (H, d, d)
         The heads V_h and Q_h (H = ``n_heads_``).
     head_decays_ : ndarray of shape (H,) or None
@@ -169,6 +177,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         max_iter=None,
         fit_intercept=False,
         fit_skip=False,
+        fit_linear=False,
+        alpha_linear=1e-2,
     ):
         self.readout = readout
         self.alpha = alpha
@@ -184,6 +194,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.max_iter = max_iter
         self.fit_intercept = fit_intercept
         self.fit_skip = fit_skip
+        self.fit_linear = fit_linear
+        self.alpha_linear = alpha_linear
 
     def _check_params(self):
         """The parameters of this fit, each checked once (:class:`~._params.FitParams`)."""
@@ -255,9 +267,18 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         solver = choose_solver(p.solver, n_rows, psi, statistics=partial,
                                dask=not source.sequential, check_memory=source.sequential)
         terms = LinearTerms(d, intercept=p.intercept, skip=p.skip)
+        if p.linear:
+            if partial or not source.sequential:
+                raise ValueError(
+                    "fit_linear=True needs the whole training data in memory at once (its "
+                    "columns are every token of each sequence): use fit on NumPy arrays, not "
+                    "partial_fit or dask arrays.")
+            terms = LinearTerms(d, intercept=p.intercept, skip=p.skip, n_lags=source.n_tokens,
+                                alpha_linear=p.alpha_linear)
+            source = with_linear_columns(source, terms.n_lags)
         # Heads fitted to the rows directly need the rows (a compression without terms).
         direct = (not partial and source.sequential and p.n_heads is not None
-                  and not terms.n_terms and p.decays is None)
+                  and not terms.n_columns and p.decays is None)
         problem = StandardizedProblem.from_source(
             source, readout=p.readout, terms=terms, solver=solver, decays=p.decays,
             keep=keep_rows(solver, n_rows, d, (source.d_out or 0) + terms.n_terms, direct=direct,
@@ -296,7 +317,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self.head_dim_gap_ = (None if model.head_dim_gap is None else
                               model.standardizer.squared_errors_to_user(model.head_dim_gap).sum())
         self.n_features_in_ = problem.d
-        self.n_outputs_ = problem.d_out
+        self.n_outputs_ = problem.d_out - problem.terms.n_window
         self._single_output = bool(single_output)
         return self
 

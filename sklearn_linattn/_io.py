@@ -123,7 +123,8 @@ def save_model(model, path):
         When ``model`` is not a fitted LinearAttentionRegressor, or a
         parameter is not plain data.
     ValueError
-        When the parameter ``decay`` is not the decays the model was fitted with.
+        When the parameter ``decay`` is not the decays the model was fitted with,
+        or the model has the linear term of ``fit_linear=True``.
 
     See Also
     --------
@@ -145,6 +146,10 @@ def save_model(model, path):
             f"model must be a fitted LinearAttentionRegressor; got {type(model).__name__}."
         )
     check_is_fitted(model)
+    if getattr(model, "linear_coef_", None) is not None:
+        raise ValueError(
+            "save_model writes attention heads with intercept and skip terms only; this model "
+            "has the linear term of fit_linear=True. Save it with pickle or joblib.")
     params = model.get_params()
     if isinstance(model, LinearAttentionRegressorCV):
         # The search's parameters describe how alpha_ was chosen, not the model.

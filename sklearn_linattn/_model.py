@@ -30,8 +30,8 @@ class StandardizedModel:
     standardizer : TokenStandardizer
     coef : ndarray of shape (d_out, psi)
         Standardized coefficients.
-    beta : ndarray of shape (n_terms, d_out)
-        Standardized intercept and skip coefficients (term columns ``[1, x]``).
+    beta : ndarray of shape (n_columns, d_out)
+        Standardized term coefficients (columns ``[window, 1, x]``).
     V, Q : ndarray
         Standardized heads.
     head_decays : ndarray of shape (n_heads,) or None
@@ -62,6 +62,7 @@ class StandardizedModel:
     terms: object
     counts: object
     head_dim_gap: np.ndarray | None = None
+    window_exponents: np.ndarray | None = None
 
     def to_user(self):
         """The model in the data's units: the one conversion back.
@@ -69,16 +70,19 @@ class StandardizedModel:
         Returns
         -------
         attributes : dict
-            ``coef_``, ``intercept_``, ``skip_coef_``, ``value_matrices_``,
+            ``coef_``, ``intercept_``, ``skip_coef_``, ``linear_coef_`` (None
+            without the linear term), ``value_matrices_``,
             ``key_query_matrices_`` and ``head_decays_``.  A number that float64 cannot hold in the
             data's units raises a ValueError naming it.
         """
         st = self.standardizer
         d_out = self.coef.shape[0]
-        intercept, skip = st.terms_to_user(self.beta, self.terms, d_out)
+        intercept, skip, linear = st.terms_to_user(self.beta, self.terms, d_out,
+                                                   self.window_exponents)
         V, Q = st.heads_to_user(self.V, self.Q)
         return dict(coef_=st.coef_to_user(self.coef), intercept_=intercept,
-                    skip_coef_=skip, value_matrices_=V, key_query_matrices_=Q,
+                    skip_coef_=skip, linear_coef_=linear, value_matrices_=V,
+                    key_query_matrices_=Q,
                     head_decays_=None if self.head_decays is None else self.head_decays.copy())
 
 
@@ -118,13 +122,14 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
     log = log if log is not None else (lambda message: None)
     terms = problem.terms
     solution = problem.solve(solver, alpha, tol=tol, max_iter=max_iter,
-                             residuals=bool(terms.n_terms) and not alpha)
-    d_out = problem.d_out
+                             residuals=bool(terms.n_columns) and not alpha)
+    # The linear term's columns are targets of the solve, eliminated with the terms.
+    d_out = problem.d_out - terms.n_window
     log(f"least squares on {solution.n_features} features (solver={solution.method!r})")
     counts = solution.counts
-    beta = np.zeros((terms.n_terms, d_out))
+    beta = np.zeros((terms.n_columns, d_out))
     term_space = None
-    if terms.n_terms:
+    if terms.n_columns:
         # The certificate is about the data, never the penalty: with alpha > 0
         # the unpenalized solve of the same rows or statistics (no new pass).
         free = None if not alpha else problem.solve(solver, 0.0, tol=tol, max_iter=max_iter,
@@ -138,11 +143,17 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         terms=term_space, row_space=row_space,
     )
     st = problem.standardizer
+    window_exponents = None
+    if st.y_exponents is not None and st.y_exponents.size > d_out:
+        # Past the elimination the model has its real outputs only (a search's
+        # coordinates may also hold the linear term's columns it left out).
+        window_exponents = st.y_exponents[d_out:d_out + terms.n_window]
+        st = st.with_outputs(d_out)
     # An unidentified fit may have a k-head minimizer that its minimum-norm
     # point hides: heads may be fitted to the rows directly when a
     # compression is material (rows of one block: the few-head fit knows no
     # decays).
-    direct_rows = (problem.kept if direct and not terms.n_terms and st.decays is None
+    direct_rows = (problem.kept if direct and not terms.n_columns and st.decays is None
                    and not certificate.identifiable else None)
     if head_dim is not None:
         low = fit_low_rank_heads(solution.coef, row_space, counts, st.pair_weights,
@@ -160,4 +171,5 @@ def fit_model(problem, *, solver, alpha=0.0, tol=1e-8, max_iter=None, n_heads=No
         solver=solution.method, n_iter=max(1, int(solution.n_iter)),
         feature_rank=solution.rank, terms=terms, counts=counts,
         head_dim_gap=None if head_dim is None else low.excess,
+        window_exponents=window_exponents,
     )

@@ -221,6 +221,8 @@ class FitParams:
     log: ProgressLog
     n_blocks: int  # feature blocks, one per decay
     head_dim: int | None = None
+    linear: bool | None = None
+    alpha_linear: float | None = None
 
     @classmethod
     def checked(cls, estimator, *, solvers, alpha=True, decay=True, terms=True):
@@ -240,9 +242,17 @@ class FitParams:
         max_iter = check_number(e.max_iter, "max_iter", integer=True, low=1, allow_none=True)
         intercept = check_flag(e.fit_intercept, "fit_intercept") if terms else None
         skip = check_flag(e.fit_skip, "fit_skip") if terms else None
+        linear = check_flag(e.fit_linear, "fit_linear") if terms else None
+        alpha_linear = check_number(e.alpha_linear, "alpha_linear", low=0.0) if (
+            terms and alpha) else None
+        if linear and readout != "last":
+            raise ValueError(
+                f"fit_linear=True needs readout='last' (one linear term in the tokens of each "
+                f"sequence); got readout={readout!r}.")
         head_dim = check_head_dim(getattr(e, "head_dim", None), n_heads, decays)
         return cls(readout=readout, layout=layout, solver=e.solver, alpha=penalty,
                    n_heads=n_heads, decays=decays, tol=tol, max_iter=max_iter,
                    random_state=e.random_state, intercept=intercept, skip=skip,
                    log=ProgressLog(type(e).__name__, e.verbose),
-                   n_blocks=1 if decays is None else len(decays), head_dim=head_dim)
+                   n_blocks=1 if decays is None else len(decays), head_dim=head_dim,
+                   linear=linear, alpha_linear=alpha_linear)

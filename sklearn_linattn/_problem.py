@@ -36,12 +36,15 @@ every batch so far, into whose coordinates a new batch is accumulated
 import dataclasses
 import functools
 
+import numpy as np
+
 from ._dask import DaskSource, is_dask_collection
 from ._features import n_attention_features
-from ._memory import n_pairs
+from ._memory import n_pairs, zero_padding
 from ._moments import MomentPass, RowReader, coordinates, scales_pass
 from ._solvers import REGISTRY, RowCounts, SufficientStatistics, solve_statistics
 from ._source import ArraySource
+from ._terms import linear_columns
 
 __all__ = ["ROWS_BUDGET", "FitState", "StandardizedProblem", "data_source", "keep_rows"]
 
@@ -61,6 +64,24 @@ def data_source(X, y, sample_weight, *, readout, layout, n_features_in=None):
                           **layout)
     return ArraySource(X, y, sample_weight, layout=layout, readout=readout,
                        n_features_in=n_features_in)
+
+
+def with_linear_columns(source, n_lags):
+    """The source with the linear term's columns appended to its targets (readout "last").
+
+    The columns (:func:`~._terms.linear_columns`) are targets of the one
+    solve, eliminated with the other terms; they need every token, so the
+    data are validated and gathered at once.
+    """
+    parts = list(source.batches())
+    X = np.concatenate([zero_padding(b[0], b[1]) for b in parts])
+    lengths = np.concatenate([b[1] for b in parts])
+    Y = np.concatenate([b[2] for b in parts])
+    w = source.sample_weight
+    out = ArraySource.validated(X, lengths, np.hstack([Y, linear_columns(X, lengths, n_lags)]),
+                                w, readout=source.readout)
+    out.layout, out.single_output = source.layout, source.single_output
+    return out
 
 
 def _start(d_out, *, d, readout, terms, decays, statistics=False, keep_rows=None,
@@ -294,9 +315,11 @@ class StandardizedProblem:
         """
         if terms == self.terms:
             return self
-        cols = terms.target_columns(self.d_out, self.terms)
+        # The linear term's columns are among the targets (d_out counts them).
+        d_real = self.d_out - self.terms.n_window
+        cols = terms.target_columns(d_real, self.terms)
         out = type(self).from_statistics(self.stats.target_columns(cols, terms),
-                                         d_out=self.d_out, terms=terms)
+                                         d_out=d_real + terms.n_window, terms=terms)
         if self.kept is not None:
             out.kept = dataclasses.replace(
                 self.kept, Y=None if self.kept.Y is None else self.kept.Y[:, cols])

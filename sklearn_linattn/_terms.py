@@ -35,15 +35,16 @@ import numpy as np
 from ._features import features_matvec
 from ._memory import n_pairs, real_tokens
 from ._params import check_flag
+from ._units import pow2_scale
 
-__all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "fit_terms",
-           "schur_complement"]
+__all__ = ["LinearTerms", "TermSpace", "cross_products", "eliminate", "eliminate_path",
+           "fit_terms", "linear_columns", "schur_complement"]
 
 _EPS = float(np.finfo(np.float64).eps)
 
 
 class LinearTerms:
-    """Which linear terms a model has beside attention: a constant, the row's token.
+    """Which linear terms a model has beside attention: a constant, the row's token, the window.
 
     Parameters
     ----------
@@ -53,14 +54,25 @@ class LinearTerms:
         A constant term b (one per output).
     skip : bool
         A linear term ``W x_row`` in the row's token (d per output).
+    n_lags : int, default=0
+        A penalized linear term in the last ``n_lags`` tokens of the sequence
+        (``readout="last"``): ``n_lags * d`` columns, given with the targets
+        (:func:`linear_columns`) rather than formed from the rows.
+    alpha_linear : float, default=0.0
+        Its unit-free penalty (:func:`eliminate_path`).
     """
 
-    def __init__(self, d, *, intercept=False, skip=False):
+    def __init__(self, d, *, intercept=False, skip=False, n_lags=0, alpha_linear=0.0):
         self.d = int(d)
         self.intercept = bool(intercept)
         self.skip = bool(skip)
-        # Number of term columns (intercept + d * skip).
+        self.n_lags = int(n_lags)
+        self.alpha_linear = float(alpha_linear)
+        # Columns appended to the targets of every row (intercept + d * skip).
         self.n_terms = int(self.intercept) + self.d * int(self.skip)
+        # Columns of the linear term, among the targets; every eliminated column.
+        self.n_window = self.n_lags * self.d
+        self.n_columns = self.n_window + self.n_terms
 
     @classmethod
     def checked(cls, d, intercept, skip, names=("fit_intercept", "fit_skip")):
@@ -68,20 +80,28 @@ class LinearTerms:
         return cls(d, intercept=check_flag(intercept, names[0]), skip=check_flag(skip, names[1]))
 
     def __bool__(self):
-        return self.n_terms > 0
+        return self.n_columns > 0
+
+    def _key(self):
+        return (self.d, self.intercept, self.skip, self.n_lags, self.alpha_linear)
 
     def __eq__(self, other):
-        return isinstance(other, LinearTerms) and (self.d, self.intercept, self.skip) == (
-            other.d, other.intercept, other.skip)
+        return isinstance(other, LinearTerms) and self._key() == other._key()
 
     def __hash__(self):
-        return hash((self.d, self.intercept, self.skip))
+        return hash(self._key())
+
+    def with_penalty(self, alpha_linear):
+        """The same terms with another penalty of the linear term."""
+        return LinearTerms(self.d, intercept=self.intercept, skip=self.skip,
+                           n_lags=self.n_lags, alpha_linear=alpha_linear)
 
     def target_columns(self, d_out, within):
         """Indices of the targets and of these term columns among those of ``within``'s.
 
-        The targets come first (``d_out`` of them), then the intercept column,
-        then the d skip columns; ``within`` must have every term this has.
+        The targets come first (``d_out`` of them), then the linear term's
+        columns, the intercept column and the d skip columns; ``within`` must
+        have every term this has.
 
         Examples
         --------
@@ -90,24 +110,30 @@ class LinearTerms:
         >>> LinearTerms(2, skip=True).target_columns(1, both).tolist()
         [0, 2, 3]
         """
-        if (self.intercept and not within.intercept) or (self.skip and not within.skip):
+        if ((self.intercept and not within.intercept) or (self.skip and not within.skip)
+                or (self.n_lags and self.n_lags != within.n_lags)):
             raise ValueError(f"the terms {self!r} are not among {within!r}.")
         cols = [np.arange(d_out)]
+        start = d_out + within.n_window
+        if self.n_lags:
+            cols.append(d_out + np.arange(self.n_window))
         if self.intercept:
-            cols.append([d_out])
+            cols.append([start])
         if self.skip:
-            cols.append(d_out + int(within.intercept) + np.arange(self.d))
+            cols.append(start + int(within.intercept) + np.arange(self.d))
         return np.concatenate(cols).astype(np.intp)
 
     def __repr__(self):
-        return f"LinearTerms({self.d}, intercept={self.intercept}, skip={self.skip})"
+        window = (f", n_lags={self.n_lags}, alpha_linear={self.alpha_linear:g}"
+                  if self.n_lags else "")
+        return f"LinearTerms({self.d}, intercept={self.intercept}, skip={self.skip}{window})"
 
     def columns(self, X, lengths, readout):
-        """Term columns of every row, in the data's units.
+        """Term columns of every row, in the data's units: the window, ``1``, the row's token.
 
-        ``readout="last"``: shape (n_samples, n_terms), the row of each
+        ``readout="last"``: shape (n_samples, n_columns), the row of each
         sequence's last token; ``"all"``: (n_samples, n_tokens, n_terms), zero
-        at padded positions.
+        at padded positions (no linear term).
         """
         X = np.asarray(X, dtype=np.float64)
         lengths = np.asarray(lengths)
@@ -115,29 +141,59 @@ class LinearTerms:
         if readout == "last":
             x = X[np.arange(n), np.maximum(lengths - 1, 0)]
             ones = np.ones((n, int(self.intercept)))
+            window = [linear_columns(X, lengths, self.n_lags)] if self.n_lags else []
         else:
             real = real_tokens(lengths, T)
             x = np.where(real[:, :, None], X, 0.0)
             ones = np.broadcast_to(real[:, :, None], (n, T, int(self.intercept))).astype(float)
-        parts = [ones] + ([x] if self.skip else [])
+            window = []
+        parts = window + [ones] + ([x] if self.skip else [])
         return np.concatenate(parts, axis=-1)
 
     def names(self, input_features):
-        """Names of the term columns: ``"1"`` and ``"last[x]"`` per coordinate."""
-        return (["1"] if self.intercept else []) + (
+        """Names of the term columns: ``"lag{k}[x]"``, ``"1"`` and ``"last[x]"``."""
+        window = [f"lag{k}[{name}]" for k in range(self.n_lags) for name in input_features]
+        return window + (["1"] if self.intercept else []) + (
             [f"last[{name}]" for name in input_features] if self.skip else [])
 
     def standardized_rows(self, X, lengths, readout, standardizer):
-        """Term columns in standardized units: ``[1, x T]`` of every row slot.
+        """Term columns in standardized units: ``[window 2**-ey, 1, x T]`` of every row slot.
 
-        Shape (n_samples, n_terms) for ``"last"``, (n_samples, n_tokens,
-        n_terms) for ``"all"`` (zero at padding).
+        Shape (n_samples, n_columns) for ``"last"``, (n_samples, n_tokens,
+        n_terms) for ``"all"`` (zero at padding).  The window's columns are
+        targets: scaled by their exponents, the last ``n_window`` of the
+        standardizer's target exponents.
         """
         E = self.columns(X, lengths, readout)
+        m = self.n_window if readout == "last" else 0
+        if m:
+            E[..., :m] = pow2_scale(E[..., :m], -standardizer.y_exponents[-m:])
         if self.skip:
-            i = int(self.intercept)
+            i = m + int(self.intercept)
             E[..., i:] = standardizer.transform(E[..., i:])
         return E
+
+
+def linear_columns(X, lengths, n_lags):
+    """The last ``n_lags`` tokens of every sequence, lag-major: shape (n_samples, n_lags * d).
+
+    Lag 0 is the last real token; lags beyond a sequence's length are zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._terms import linear_columns
+    >>> X = np.arange(6.0).reshape(1, 3, 2)
+    >>> linear_columns(X, np.array([3]), 2).tolist()
+    [[4.0, 5.0, 2.0, 3.0]]
+    """
+    X = np.asarray(X, dtype=np.float64)
+    lengths = np.asarray(lengths)
+    n, _, d = X.shape
+    index = lengths[:, None] - 1 - np.arange(n_lags)[None, :]
+    valid = index >= 0
+    tokens = X[np.arange(n)[:, None], np.maximum(index, 0)]
+    return np.where(valid[:, :, None], tokens, 0.0).reshape(n, n_lags * d)
 
 
 def cross_products(rows, coef):
@@ -218,6 +274,80 @@ def eliminate(coef, y_cross, cross, d_out, *, tol=None):
     return beta, coef[:d_out] - beta.T @ coef[d_out:]
 
 
+def _pseudo_inverse(A, EE, tol=None):
+    """``A^+`` in the metric of EE (the rule of :func:`eliminate` for zero eigenvalues)."""
+    T, mu, V, _ = _normalized_spectrum((A + A.T) / 2, EE)
+    rule = EE.shape[0] * 16 * _EPS if tol is None else tol
+    inv = np.where(mu > rule, 1.0 / np.where(mu > rule, mu, 1.0), 0.0)
+    TV = T @ V
+    return (TV * inv) @ TV.T
+
+
+def penalty_weights(EE, terms):
+    """Per linear-term column, its weighted second moment, centered when there is an intercept.
+
+    The penalty ``alpha_linear * sum_k D_k beta_k**2`` is then a ridge on
+    the columns scaled to unit variance (``StandardScaler`` then ``Ridge``,
+    relative to the weight sum): the same for any unit of each column.
+    """
+    m = terms.n_window
+    D = np.diagonal(EE)[:m].copy()
+    if terms.intercept:
+        one = EE[m, m]
+        if one > 0:
+            D = D - EE[:m, m] ** 2 / one
+    return np.maximum(D, 0.0)
+
+
+def eliminate_path(coef, y_cross, cross, d_out, terms, alphas_linear, *, tol=None):
+    """:func:`eliminate` with the linear term penalized, for every ``alpha_linear`` at once.
+
+    The unpenalized columns (intercept, skip) are eliminated first; the
+    linear term's normal equations, scaled to unit diagonal penalty, are
+    decomposed once, so each penalty costs a product.  A linear-term column
+    without variance (a constant beside the intercept) gets coefficient 0.
+
+    Returns
+    -------
+    betas : ndarray of shape (n_alphas_linear, n_columns, d_out)
+    attention : ndarray of shape (n_alphas_linear, d_out, psi)
+    """
+    alphas_linear = np.atleast_1d(np.asarray(alphas_linear, dtype=np.float64))
+    if not terms.n_window:
+        beta, attention = eliminate(coef, y_cross, cross, d_out, tol=tol)
+        k = alphas_linear.size
+        return np.broadcast_to(beta, (k,) + beta.shape), np.broadcast_to(
+            attention, (k,) + attention.shape)
+    EE, EY = y_cross[d_out:, d_out:], y_cross[d_out:, :d_out]
+    A = EE - cross[d_out:, d_out:]
+    A = (A + A.T) / 2
+    b = EY - cross[d_out:, :d_out]
+    m, n = terms.n_window, EE.shape[0]
+    D = penalty_weights(EE, terms)
+    L = np.flatnonzero(D > n * 16 * _EPS * max(float(D.max()), 0.0))
+    U = np.arange(m, n)
+    AL, bL = A[np.ix_(L, L)], b[L]
+    if U.size:
+        AUU_inv = _pseudo_inverse(A[np.ix_(U, U)], EE[np.ix_(U, U)], tol)
+        ALU = A[np.ix_(L, U)]
+        AL = AL - ALU @ AUU_inv @ ALU.T
+        bL = bL - ALU @ (AUU_inv @ b[U])
+    s = np.sqrt(D[L])
+    mu, V = np.linalg.eigh((AL + AL.T) / 2 / np.outer(s, s))
+    Vb = V.T @ (bL / s[:, None])
+    rule = (L.size * 16 * _EPS if tol is None else tol) * max(float(mu[-1]) if mu.size else 0.0,
+                                                              1.0)
+    betas = np.zeros((alphas_linear.size, n, d_out))
+    for i, a in enumerate(alphas_linear):
+        shifted = mu + a
+        inv = np.where(shifted > rule, 1.0 / np.where(shifted > rule, shifted, 1.0), 0.0)
+        betas[i, L] = (V @ (inv[:, None] * Vb)) / s[:, None]
+        if U.size:
+            betas[i, U] = AUU_inv @ (b[U] - A[np.ix_(U, L)] @ betas[i, L])
+    attention = coef[None, :d_out] - np.einsum("ktd,tp->kdp", betas, coef[d_out:])
+    return betas, attention
+
+
 class TermSpace:
     """What the certificate knows about the term columns: their Schur complement K.
 
@@ -255,7 +385,7 @@ class TermSpace:
 
     def __init__(self, terms, coef_terms, EE, K, *, weight_sum, condition, beta):
         self.terms = terms
-        self.n_terms = terms.n_terms
+        self.n_terms = terms.n_columns
         self.coef_terms = np.asarray(coef_terms, dtype=np.float64)
         self.beta = np.asarray(beta, dtype=np.float64)
         self.weight_sum = float(weight_sum)
@@ -373,7 +503,9 @@ def fit_terms(solution, counts, terms, d_out, *, rows=None, free=None):
         return cross_products(rows, sol.coef)
 
     cross = cross_of(solution)
-    beta, coef = eliminate(solution.coef, counts.y_cross, cross, d_out)
+    betas, coefs = eliminate_path(solution.coef, counts.y_cross, cross, d_out, terms,
+                                  [terms.alpha_linear])
+    beta, coef = betas[0], coefs[0]
     free = solution if free is None else free
     cross_free = cross if free is solution else cross_of(free)
     EE = counts.y_cross[d_out:, d_out:]

@@ -473,7 +473,8 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     ------
     ValueError
         When a fitted attribute is not finite, out of range or has the wrong
-        shape; the message names it.
+        shape (the message names it), or the estimator has the linear term of
+        ``fit_linear=True``.
 
     Examples
     --------
@@ -489,6 +490,10 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     True
     """
     estimator, constant = _with_constant(estimator)
+    if getattr(estimator, "linear_coef_", None) is not None:
+        raise ValueError(
+            "to_torch writes attention with a bias and a skip term; this estimator has the "
+            "linear term of fit_linear=True, which MultiHeadLinearAttention does not hold.")
     if dtype not in _FLOATS:
         raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype!r}.")
     V, Q = _fitted_heads(estimator)

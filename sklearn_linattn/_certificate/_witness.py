@@ -144,7 +144,8 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
     if terms is not None:
         beta = (terms.beta if terms.beta.shape[1] == coef.shape[0]
                 else np.zeros((terms.n_terms, coef.shape[0])))
-        shared = st.terms_to_user(beta, terms.terms, coef.shape[0])
+        _refuse_linear_term(terms)
+        shared = st.terms_to_user(beta, terms.terms, coef.shape[0])[:2]
     Va, Qa, decays_a = block_heads(st.folded(coef), d, st.decays)
     Vb, Qb, decays_b = block_heads(st.folded(coef_b), d, st.decays)
     return Witness(
@@ -156,8 +157,17 @@ def make_witness(row_space, standardizer, layout, *, d, coef=None, random_state=
     )
 
 
+def _refuse_linear_term(terms):
+    if terms.terms.n_window:
+        raise ValueError(
+            "witness() does not build models with the linear term (fit_linear=True): its "
+            "models hold attention, intercept and skip terms only. Fit with "
+            "fit_linear=False for a witness.")
+
+
 def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_state=None):
     """The witness when attention is determined but the intercept or skip terms are not."""
+    _refuse_linear_term(terms)
     rng = validate_random_state(random_state)
     st = standardizer
     n_tokens = _candidate_length(layout, d, st)
@@ -189,6 +199,6 @@ def make_term_witness(terms, standardizer, layout, *, d, coef, readout, random_s
         decays_a=decays_a, decays_b=decays_b,
         input=to_data_format(Zu[best][None], layout.data_format)[0],
         null_vector=user_null / norm if norm > 0 else user_null,
-        terms_a=st.terms_to_user(beta, terms.terms, d_out),
-        terms_b=st.terms_to_user(beta_b, terms.terms, d_out),
+        terms_a=st.terms_to_user(beta, terms.terms, d_out)[:2],
+        terms_b=st.terms_to_user(beta_b, terms.terms, d_out)[:2],
     )

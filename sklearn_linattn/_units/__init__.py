@@ -15,7 +15,9 @@ coordinates defined here:
 - ``_rows``: the forward map of rows (sequences to standardized feature
   rows, their targets and weights), formed once per chunk of a fit's pass;
 - ``_tolerances``: the margins of choices, from the data's own scale and
-  precision.
+  precision;
+- ``_levels``: windows of a series in their own level (location and scale)
+  and predictions back.
 
 Everything else receives plain arrays in standardized coordinates.
 """
@@ -64,9 +66,19 @@ from ._rows import (
     tokens_first,
     with_terms,
 )
+from ._levels import (
+    LEVELS,
+    error_weights,
+    levels_of,
+    normalize_targets,
+    normalize_windows,
+    restore_targets,
+)
 from ._tolerances import EPS32, EPS64, SCORE_TIE, score_tie, target_precision
 
 __all__ = [
+    "LEVELS", "error_weights", "levels_of", "normalize_targets", "normalize_windows",
+    "restore_targets",
     "FeatureRows", "map_moments", "map_rows", "raw_rows", "standardized_rows", "token_map",
     "tokens_first", "with_terms",
     "EPS32", "EPS64", "MomentScales", "NO_EXPONENT", "SAFE_EXPONENT", "SCORE_TIE",

@@ -128,25 +128,35 @@ class UnitMaps:
         ey = self.y_exponents
         return ey[:d_out] if ey is not None and ey.size >= d_out else np.zeros(d_out, np.int64)
 
-    def terms_to_user(self, beta, terms, d_out):
-        """Standardized term coefficients (n_terms, d_out) -> ``(intercept, skip)`` in the data's units.
+    def terms_to_user(self, beta, terms, d_out, window_exponents=None):
+        """Standardized term coefficients (n_columns, d_out) -> ``(intercept, skip, linear)``.
 
-        The skip columns are the standardized tokens ``x T`` (``T = diag(2**-e)
-        W``), so ``skip = 2**ey (T beta)^T``, scaled after the product with W.
-        Zero arrays for terms the model does not have: intercept (d_out,),
-        skip (d_out, d).
+        In the data's units.  The skip columns are the standardized tokens
+        ``x T`` (``T = diag(2**-e) W``), so ``skip = 2**ey (T beta)^T``, scaled
+        after the product with W; the linear term's columns are targets
+        (``window_exponents``, else the exponents ``ey`` after the outputs').
+        Zero arrays for terms the model
+        does not have: intercept (d_out,), skip (d_out, d); linear, shape
+        (d_out, n_lags, d), is None without the linear term.
         """
         ey = self._output_exponents(d_out)
-        intercept, skip = np.zeros(d_out), np.zeros((d_out, self.d))
+        intercept, skip, linear = np.zeros(d_out), np.zeros((d_out, self.d)), None
         what = "The intercept and skip coefficients in the data's units"
+        m = terms.n_window
+        if m:
+            ew = (self.y_exponents[d_out:d_out + m] if window_exponents is None
+                  else np.asarray(window_exponents))
+            linear = check_finite(pow2_scale(beta[:m].T, ey[:, None] - ew[None, :]),
+                                  "The linear term's coefficients in the data's units",
+                                  before=beta[:m].T).reshape(d_out, terms.n_lags, self.d)
         if terms.intercept:
-            intercept = check_finite(pow2_scale(beta[0], ey), what, before=beta[0][:, None])
+            intercept = check_finite(pow2_scale(beta[m], ey), what, before=beta[m][:, None])
         if terms.skip:
-            b = beta[int(terms.intercept):]
+            b = beta[m + int(terms.intercept):]
             Wb = b if self.whitening is None else self.whitening @ b
             skip = check_finite(pow2_scale(Wb.T, ey[:, None] - self.exponents[None, :]), what,
                                 before=Wb.T)
-        return intercept, skip
+        return intercept, skip, linear
 
     def terms_from_user(self, intercept, skip, d_out):
         """Intercept (d_out,) and skip (d_out, d) terms in the data's units -> ``(b, M)``: on
@@ -330,6 +340,12 @@ class TokenStandardizer(UnitMaps):
         return TokenStandardizer(self.exponents, self.whitening, self.y_exponents,
                                  self.weight_exponent, collinear=self.collinear, decays=decays,
                                  target_precision=self.target_precision)
+
+    def with_outputs(self, n):
+        """The same coordinates for the first ``n`` targets only."""
+        return TokenStandardizer(self.exponents, self.whitening, self.y_exponents[:n],
+                                 self.weight_exponent, collinear=self.collinear,
+                                 decays=self.decays, target_precision=self.target_precision)
 
     @property
     def whitened(self):

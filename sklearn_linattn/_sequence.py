@@ -1,0 +1,317 @@
+"""One sequence regressor for windows of series: normalization, patches and the search chosen.
+
+:class:`SequenceRegressor` is the recipe of the README and the real-data
+page as one estimator: each candidate configuration (a level normalization
+of the windows, a patch size) is a pipeline ``Patches -> PositionalEncoding ->
+LinearAttentionRegressorCV``, whose one pass scores every penalty, decay,
+term and linear-term penalty on the same folds; the configuration with the
+best score is kept, already refitted.  Scores of every configuration are
+squared errors in the data's units (:func:`~._units.error_weights`), so the
+normalizations are compared on the same footing.
+"""
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.model_selection import check_cv
+from sklearn.pipeline import make_pipeline
+from sklearn.utils import check_array
+from sklearn.utils.validation import check_is_fitted
+
+from ._cv import FOLD_SCORES, LinearAttentionRegressorCV
+from ._params import check_option
+from ._units import (
+    LEVELS,
+    error_weights,
+    levels_of,
+    normalize_targets,
+    normalize_windows,
+    restore_targets,
+)
+from .preprocessing import Patches, PositionalEncoding
+
+__all__ = ["SequenceRegressor", "make_sequence_regressor"]
+
+DEFAULT_ALPHAS = (0.0, *np.logspace(-6, 6, 13).tolist())
+# Token dimension above which a patch size is not tried: psi = d^2 (d + 1) / 2
+# features grow like its cube (d = 40: 32 800 features).
+_MAX_D = 40
+
+
+def auto_patch_sizes(n_tokens, n_channels, k=2):
+    """The ``k`` patch sizes of smallest token dimension ``p c + ceil(T / p)`` (positions included).
+
+    Examples
+    --------
+    >>> from sklearn_linattn._sequence import auto_patch_sizes
+    >>> auto_patch_sizes(84, 1), auto_patch_sizes(12, 1), auto_patch_sizes(24, 5)
+    ([12, 11], [4, 3], [2, 3])
+    """
+    sizes = np.arange(1, n_tokens + 1)
+    d = sizes * n_channels + -(-n_tokens // sizes)
+    # Smallest d first; the larger patch of equal d (fewer tokens, a cheaper pass).
+    order = np.lexsort((-sizes, d))
+    keep = [int(sizes[i]) for i in order if d[i] <= _MAX_D and sizes[i] < n_tokens]
+    return keep[:k] if keep else [1]
+
+
+class SequenceRegressor(RegressorMixin, BaseEstimator):
+    """A forecaster of one value per window, its configuration chosen by cross-validation.
+
+    For windows ``X`` of shape (n_samples, n_tokens, n_channels) of one or
+    more series and one target per window (the next value, say), ``fit``
+    tries every level normalization and patch size, each with positions
+    from the end and a :class:`LinearAttentionRegressorCV` with an intercept,
+    a linear term over the whole window with its own penalty
+    (``fit_linear="auto"``) and the candidate decays; the configuration
+    with the best cross-validated score on the training windows only is kept.
+
+    Parameters
+    ----------
+    levels : sequence of {"none", "last", "revin"}, default=("none", "last", "revin")
+        Level normalizations to try: none, each window less its last value
+        (NLinear), or in its own mean and standard deviation (RevIN); the
+        inverse is applied to predictions.  With ``"last"`` the naive
+        forecast is the model that predicts 0.
+    patch_sizes : "auto" or sequence of int, default="auto"
+        Patch sizes to try; ``"auto"``: the two of smallest token dimension.
+    decays : list, default=(None, 0.9)
+        Candidate decays (as in :class:`LinearAttentionRegressorCV`).
+    alphas, alphas_linear : array-like, default=(0, 1e-6, ..., 1e6) and (1e-5, ..., 1)
+        Penalties of attention and of the linear term, unit-free.
+    cv : int, splitter or iterable, default=5
+        Splits of the windows (``KFold(5)``: contiguous blocks, in order).
+    fold_score : {"median", "mean"}, default="median"
+        How the splits' scores make a candidate's: the median, so that one
+        split with an outlying window cannot decide, or the mean.
+    target_channels : None, int or sequence of int, default=None
+        The channel of each output, for the level normalization; None: the
+        first channels when there are as many outputs as channels or one
+        output, channel 0.
+    data_format : {"channels_last", "channels_first"}, default="channels_last"
+        Layout of X: (n_samples, n_tokens, n_channels) or, as aeon and sktime
+        store series, (n_samples, n_channels, n_tokens).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the heads' compression of the refit.
+
+    Attributes
+    ----------
+    best_params_ : dict
+        The chosen ``level``, ``patch_size``, ``alpha``, ``decay``,
+        ``fit_linear`` and ``alpha_linear``.
+    best_score_ : float
+        Its cross-validated score (minus the mean squared error in y's units).
+    best_estimator_ : Pipeline
+        The refitted pipeline on normalized windows.
+    cv_results_ : dict of ndarray
+        ``param_level``, ``param_patch_size``, ``params``, ``mean_test_score``
+        (each configuration's best) and ``rank_test_score``.
+    n_features_in_, n_outputs_ : int
+        Channels and outputs.
+
+    See Also
+    --------
+    make_sequence_regressor : the same, as the one-line recipe.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn import make_sequence_regressor
+    >>> t = np.arange(400.0)
+    >>> series = 10 + 0.05 * t + np.sin(t / 3)
+    >>> X = np.lib.stride_tricks.sliding_window_view(series[:-1], 12)[:, :, None]
+    >>> y = series[12:]
+    >>> model = make_sequence_regressor(patch_sizes=[3]).fit(X[:300], y[:300])
+    >>> sorted(model.best_params_)
+    ['alpha', 'alpha_linear', 'decay', 'fit_linear', 'level', 'patch_size']
+    >>> bool(np.sqrt(np.mean((model.predict(X[300:]) - y[300:]) ** 2)) < 0.05)
+    True
+    """
+
+    def __init__(self, *, levels=LEVELS, patch_sizes="auto", decays=(None, 0.9),
+                 alphas=DEFAULT_ALPHAS, alphas_linear=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0),
+                 cv=5, fold_score="median", target_channels=None,
+                 data_format="channels_last", random_state=None):
+        self.levels = levels
+        self.patch_sizes = patch_sizes
+        self.decays = decays
+        self.alphas = alphas
+        self.alphas_linear = alphas_linear
+        self.cv = cv
+        self.fold_score = fold_score
+        self.target_channels = target_channels
+        self.data_format = data_format
+        self.random_state = random_state
+
+    def _windows(self, X, reset):
+        """X as complete float64 windows (n_samples, n_tokens, n_channels), checked."""
+        check_option(self.data_format, "data_format", ("channels_last", "channels_first"))
+        X = check_array(X, allow_nd=True, ensure_2d=False, dtype=np.float64,
+                        input_name="X")
+        if X.ndim != 3:
+            raise ValueError(
+                f"X must be 3-D windows (n_samples, n_tokens, n_channels) "
+                f"({self.data_format}); got an array of shape {X.shape}.")
+        if self.data_format == "channels_first":
+            X = np.ascontiguousarray(X.transpose(0, 2, 1))
+        if reset:
+            self.n_features_in_ = X.shape[2]
+            self.n_tokens_in_ = X.shape[1]
+        elif X.shape[2] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[2]} channels; {type(self).__name__} was fitted with "
+                f"{self.n_features_in_} ({self.data_format}).")
+        return X
+
+    def _channels(self, n_outputs, n_channels):
+        """The channel of each output (``target_channels`` resolved and checked)."""
+        if self.target_channels is None:
+            if n_outputs == n_channels or n_outputs == 1:
+                return np.arange(n_outputs)
+            raise ValueError(
+                f"y has {n_outputs} outputs and X {n_channels} channels: pass "
+                "target_channels, the channel of each output (for the level normalization).")
+        channels = np.atleast_1d(np.asarray(self.target_channels))
+        if (channels.dtype.kind not in "iu" or channels.shape != (n_outputs,)
+                or channels.min() < 0 or channels.max() >= n_channels):
+            raise ValueError(
+                f"target_channels must give one channel in [0, {n_channels}) per output "
+                f"({n_outputs}); got {self.target_channels!r}.")
+        return channels
+
+    def _configurations(self, n_tokens, n_channels):
+        levels = list(self.levels) if not isinstance(self.levels, str) else [self.levels]
+        for level in levels:
+            check_option(level, "levels", LEVELS)
+        if not levels:
+            raise ValueError("levels must hold at least one of " f"{LEVELS}; got none.")
+        if isinstance(self.patch_sizes, str) and self.patch_sizes == "auto":
+            sizes = auto_patch_sizes(n_tokens, n_channels)
+        else:
+            sizes = list(np.atleast_1d(self.patch_sizes))
+            if not sizes or not all(isinstance(p, numbers.Integral) and 1 <= p <= n_tokens
+                                    for p in sizes):
+                raise ValueError(
+                    f"patch_sizes must be 'auto' or integers in [1, {n_tokens}] (the "
+                    f"windows' length); got {self.patch_sizes!r}.")
+        return [(level, int(p)) for level in levels for p in sizes]
+
+    def _pipeline(self, patch_size):
+        check_option(self.fold_score, "fold_score", FOLD_SCORES)
+        return make_pipeline(
+            Patches(patch_size),
+            PositionalEncoding(origin="end", handle_unknown="ignore"),
+            LinearAttentionRegressorCV(
+                alphas=self.alphas, cv=self.cv, fit_intercept=True, fit_linear="auto",
+                alphas_linear=self.alphas_linear, decays=list(self.decays),
+                fold_score=self.fold_score, random_state=self.random_state))
+
+    def fit(self, X, y):
+        """Try every configuration on the training windows, keep the best, refitted.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, n_channels)
+            Complete windows (in ``data_format``).
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+
+        Returns
+        -------
+        self : SequenceRegressor
+        """
+        X = self._windows(X, reset=True)
+        y = np.asarray(y, dtype=np.float64)
+        self._single = y.ndim == 1
+        Y = y.reshape(-1, 1) if y.ndim == 1 else y
+        if Y.ndim != 2 or Y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"y must have shape ({X.shape[0]},) or ({X.shape[0]}, n_outputs), one row per "
+                f"window; got {y.shape}.")
+        if not np.all(np.isfinite(Y)):
+            raise ValueError("y must be finite; it has NaN or infinite values.")
+        self.n_outputs_ = Y.shape[1]
+        self._target_channels = self._channels(Y.shape[1], X.shape[2])
+        rows, fitted = [], []
+        tests = [test for _, test in check_cv(self.cv).split(X[:, :, 0])]
+        for level, patch_size in self._configurations(X.shape[1], X.shape[2]):
+            loc, scale = levels_of(X, level)
+            Xn = normalize_windows(X, loc, scale)
+            Yn = normalize_targets(Y, loc, scale, self._target_channels)
+            model = clone(self._pipeline(patch_size))
+            # Squared errors in y's units: the fit's and the folds' weights.
+            weights = error_weights(scale, self._target_channels)
+            model.fit(Xn, Yn, linearattentionregressorcv__sample_weight=weights)
+            rows.append((level, patch_size, self._score(model[-1], weights, tests)))
+            fitted.append(model)
+        scores = np.array([score for _, _, score in rows])
+        best = int(np.argmax(scores))
+        self.cv_results_ = {
+            "param_level": np.array([r[0] for r in rows], dtype=object),
+            "param_patch_size": np.array([r[1] for r in rows]),
+            "params": [{"level": r[0], "patch_size": r[1]} for r in rows],
+            "mean_test_score": scores,
+            "rank_test_score": (np.argsort(np.argsort(-scores, kind="stable")) + 1),
+        }
+        self.best_estimator_ = fitted[best]
+        search = self.best_estimator_[-1]
+        self.best_score_ = float(scores[best])
+        self.best_params_ = {
+            "level": rows[best][0], "patch_size": rows[best][1], "alpha": search.alpha_,
+            "decay": search.decay_, "fit_linear": search.fit_linear_,
+            "alpha_linear": search.alpha_linear_}
+        return self
+
+    def _score(self, search, weights, tests):
+        """The chosen candidate's score in y's units: each split's weighted mean squared
+        error times its mean weight, then the splits' median or mean."""
+        k = search.best_index_
+        splits = np.array([search.cv_results_[f"split{i}_test_score"][k] * weights[test].mean()
+                           for i, test in enumerate(tests)])
+        return float(np.median(splits) if self.fold_score == "median" else splits.mean())
+
+    def predict(self, X):
+        """Predictions in y's units: the chosen pipeline on normalized windows, restored.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, n_channels)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+        """
+        check_is_fitted(self, "best_estimator_")
+        X = self._windows(X, reset=False)
+        loc, scale = levels_of(X, self.best_params_["level"])
+        pred = np.asarray(self.best_estimator_.predict(normalize_windows(X, loc, scale)),
+                          dtype=np.float64).reshape(X.shape[0], -1)
+        out = restore_targets(pred, loc, scale, self._target_channels)
+        return out[:, 0] if self._single else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.three_d_array = True
+        tags.input_tags.two_d_array = False
+        return tags
+
+
+def make_sequence_regressor(**params):
+    """The package's recipe for windows of series: an unfitted :class:`SequenceRegressor`.
+
+    Parameters
+    ----------
+    **params
+        Parameters of :class:`SequenceRegressor`; the defaults need no tuning.
+
+    Returns
+    -------
+    SequenceRegressor
+
+    Examples
+    --------
+    >>> from sklearn_linattn import make_sequence_regressor
+    >>> make_sequence_regressor(data_format="channels_first").data_format
+    'channels_first'
+    """
+    return SequenceRegressor(**params)
