@@ -86,9 +86,9 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         How the splits' scores make a candidate's: the median, so that one
         split with an outlying window cannot decide, or the mean.
     target_channels : None, int or sequence of int, default=None
-        The channel of each output, for the level normalization; None: the
-        first channels when there are as many outputs as channels or one
-        output, channel 0.
+        The channel of each output, for the level normalization; None: channel
+        0 for one output or one channel, else output i is channel i (as many
+        outputs as channels).
     data_format : {"channels_last", "channels_first"}, default="channels_last"
         Layout of X: (n_samples, n_tokens, n_channels) or, as aeon and sktime
         store series, (n_samples, n_channels, n_tokens).
@@ -147,13 +147,15 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     def _windows(self, X, reset):
         """X as complete float64 windows (n_samples, n_tokens, n_channels), checked."""
         check_option(self.data_format, "data_format", ("channels_last", "channels_first"))
-        X = check_array(X, allow_nd=True, ensure_2d=False, dtype=np.float64,
-                        input_name="X")
-        if X.ndim != 3:
+        X = check_array(X, allow_nd=True, dtype=np.float64, input_name="X")
+        if X.ndim == 2:
+            X = X[:, :, None]  # windows of one channel, one time point per column
+        elif X.ndim != 3:
             raise ValueError(
                 f"X must be 3-D windows (n_samples, n_tokens, n_channels) "
-                f"({self.data_format}); got an array of shape {X.shape}.")
-        if self.data_format == "channels_first":
+                f"({self.data_format}), or 2-D windows of one channel; got an array of "
+                f"shape {X.shape}.")
+        elif self.data_format == "channels_first":
             X = np.ascontiguousarray(X.transpose(0, 2, 1))
         if reset:
             self.n_features_in_ = X.shape[2]
@@ -167,7 +169,9 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     def _channels(self, n_outputs, n_channels):
         """The channel of each output (``target_channels`` resolved and checked)."""
         if self.target_channels is None:
-            if n_outputs == n_channels or n_outputs == 1:
+            if n_channels == 1 or n_outputs == 1:
+                return np.zeros(n_outputs, dtype=np.intp)
+            if n_outputs == n_channels:
                 return np.arange(n_outputs)
             raise ValueError(
                 f"y has {n_outputs} outputs and X {n_channels} channels: pass "
@@ -212,24 +216,25 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_tokens, n_channels)
-            Complete windows (in ``data_format``).
+        X : array-like of shape (n_samples, n_tokens, n_channels) or (n_samples, n_tokens)
+            Complete windows (in ``data_format``); 2-D: one channel.
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
 
         Returns
         -------
         self : SequenceRegressor
         """
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None.")
         X = self._windows(X, reset=True)
-        y = np.asarray(y, dtype=np.float64)
+        y = check_array(y, ensure_2d=False, dtype=np.float64, input_name="y")
         self._single = y.ndim == 1
         Y = y.reshape(-1, 1) if y.ndim == 1 else y
         if Y.ndim != 2 or Y.shape[0] != X.shape[0]:
             raise ValueError(
                 f"y must have shape ({X.shape[0]},) or ({X.shape[0]}, n_outputs), one row per "
                 f"window; got {y.shape}.")
-        if not np.all(np.isfinite(Y)):
-            raise ValueError("y must be finite; it has NaN or infinite values.")
         self.n_outputs_ = Y.shape[1]
         self._target_channels = self._channels(Y.shape[1], X.shape[2])
         rows, fitted = [], []
@@ -292,7 +297,7 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.three_d_array = True
-        tags.input_tags.two_d_array = False
+        tags.target_tags.multi_output = True
         return tags
 
 

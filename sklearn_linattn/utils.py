@@ -2,6 +2,7 @@
 
 from ._adam import AdamLinearAttentionRegressor
 from ._estimators import LinearAttentionRegressor
+from ._sequence import SequenceRegressor
 from ._transformer import LinearAttentionFeatures
 from .preprocessing import AppendConstant, Patches, PositionalEncoding
 
@@ -40,7 +41,7 @@ _PARTIAL_FIT = {
     ),
 }
 _ESTIMATORS = (LinearAttentionRegressor, LinearAttentionFeatures, AdamLinearAttentionRegressor,
-               PositionalEncoding, Patches, AppendConstant)
+               SequenceRegressor, PositionalEncoding, Patches, AppendConstant)
 
 
 def expected_failed_checks(estimator):
@@ -52,7 +53,7 @@ def expected_failed_checks(estimator):
     Parameters
     ----------
     estimator : LinearAttentionRegressor, LinearAttentionFeatures, \
-AdamLinearAttentionRegressor, PositionalEncoding, Patches or AppendConstant
+AdamLinearAttentionRegressor, SequenceRegressor, PositionalEncoding, Patches or AppendConstant
         An instance (subclasses included), with any parameters.
 
     Returns

@@ -10,6 +10,7 @@ from sklearn_linattn import (
     LinearAttentionFeatures,
     LinearAttentionRegressor,
     LinearAttentionRegressorCV,
+    SequenceRegressor,
 )
 from sklearn_linattn.preprocessing import AppendConstant, Patches, PositionalEncoding
 from sklearn_linattn.utils import expected_failed_checks
@@ -28,6 +29,9 @@ from sklearn_linattn.utils import expected_failed_checks
         LinearAttentionFeatures(),
         LinearAttentionFeatures(include_bias=True, include_skip=True),
         AdamLinearAttentionRegressor(max_epochs=3),
+        # Two levels, one patch size and short grids: the checks' fits, each a search.
+        SequenceRegressor(levels=("none", "revin"), patch_sizes=[1], decays=[None],
+                          alphas=[0.0, 1.0], alphas_linear=[1e-2]),
         PositionalEncoding(),
         PositionalEncoding("sinusoidal", origin="end"),
         Patches(1),
