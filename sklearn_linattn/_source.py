@@ -7,7 +7,8 @@ the solvers that read sequences get them from it.  The blocks of a dask array
 are the other source (:class:`~._dask.DaskSource`).
 
 Also the one check of the layout every entry point that fits runs before its
-work (:func:`check_layout`).
+work (:func:`check_layout`), and the mark that exempts the arrays whose layout
+the package's transformers chose (:func:`mark_layout_written`).
 """
 
 import functools
@@ -16,6 +17,7 @@ import numbers
 import os
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -30,7 +32,8 @@ from ._validation import (
 )
 from .exceptions import LayoutWarning
 
-__all__ = ["ArraySource", "check_layout", "standardizer_of"]
+__all__ = ["ArraySource", "check_layout", "layout_written", "looks_transposed",
+           "mark_layout_written", "standardizer_of"]
 
 # Values of a NumPy X validated (and copied) at a time by fit and partial_fit
 # (2**21 float64 values, 16 MiB).
@@ -51,6 +54,18 @@ _LARGE_BYTES = 2**30
 _LARGE_SECONDS = 60.0
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
+# The arrays a transformer of the package returned in a token layout it chose
+# (Patches: one token per patch, wide by design, so that a window of 12 time
+# points is one token of d = 12, which the shape rule of check_layout would
+# take for transposed series), by id().  The values are weak references: an
+# entry goes with its array, and the lookup checks identity, so an id reused
+# by a later array is never taken for it.  Why a registry: an ndarray takes no
+# attribute, and a subclass or a wrapper would reach the user's results (their
+# type, pickles, set_output, sklearn's checks of X), while this mark lives only
+# as long as the very object returned; a copy, a slice or an unpickled copy of
+# it is the user's array again, judged as any other.
+_LAYOUT_WRITTEN = weakref.WeakValueDictionary()
+
 
 def user_stacklevel():
     """``warnings.warn``'s stacklevel for the caller's caller's first frame outside the package."""
@@ -58,6 +73,77 @@ def user_stacklevel():
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def mark_layout_written(X):
+    """Record that the package chose the token layout of the array X; return X.
+
+    :func:`check_layout` does not judge X itself (not a copy, a slice or an
+    unpickled copy of it): the transformer that returns X vouches for its layout.
+    Nothing is kept alive by the mark, and X is returned unchanged.
+
+    Parameters
+    ----------
+    X : ndarray
+        The array a transformer returns, the very object.
+
+    Returns
+    -------
+    X : ndarray
+        X itself.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_linattn._source import layout_written, mark_layout_written
+    >>> X = mark_layout_written(np.zeros((3, 1, 12)))
+    >>> layout_written(X), layout_written(X.copy())
+    (True, False)
+    """
+    _LAYOUT_WRITTEN[id(X)] = X
+    return X
+
+
+def layout_written(X):
+    """Whether X is an array whose layout :func:`mark_layout_written` recorded.
+
+    Parameters
+    ----------
+    X : object
+        Anything given as X.
+
+    Returns
+    -------
+    written : bool
+        True only for the very object recorded (while it lives).
+    """
+    return _LAYOUT_WRITTEN.get(id(X)) is X
+
+
+def looks_transposed(n_tokens, d):
+    """Whether tokens of ``d`` coordinates, ``n_tokens`` of them, could be transposed series.
+
+    The necessary condition of :func:`check_layout`'s warning, ``d > 4 n_tokens``
+    (series stored as (n_samples, n_channels, n_timepoints) have far more time
+    points than channels); a transformer that finds it in its input does not
+    vouch for the layout of its output, which the estimator then judges.
+
+    Parameters
+    ----------
+    n_tokens, d : int
+        The two axes of X as read, (n_samples, n_tokens, d).
+
+    Returns
+    -------
+    suspicious : bool
+
+    Examples
+    --------
+    >>> from sklearn_linattn._source import looks_transposed
+    >>> looks_transposed(1, 40), looks_transposed(12, 1)
+    (True, False)
+    """
+    return d > _LARGE_FIT_RATIO * n_tokens
 
 
 def _fit_size(n_rows, d, psi, d_out, solve):
@@ -79,7 +165,7 @@ def _fit_size(n_rows, d, psi, d_out, solve):
 
 
 def check_layout(shape, *, readout="last", token_dim=None, data_format="channels_last",
-                 n_rows=None, d_out=0, solve=True, varying=None):
+                 n_rows=None, d_out=0, solve=True, varying=None, X=None):
     """Warn, before the work, when X looks like series stored with time along the last axis.
 
     aeon and sktime store series as (n_samples, n_channels, n_timepoints);
@@ -93,7 +179,9 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     ``FLOP_RATE``).  With ``varying``, only the coordinates that vary count
     as d in that rule: a coordinate that is constant over every token (a
     position code of one-token windows, say) is not a time point of stored
-    series.
+    series.  An array X a transformer of the package wrote in a layout it
+    chose (:func:`mark_layout_written`, e.g. the output of
+    :class:`~sklearn_linattn.preprocessing.Patches`) is not judged either.
 
     Parameters
     ----------
@@ -114,6 +202,9 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
         ``varying()``: the number of coordinates that vary over the real
         tokens of the data seen, asked for only when the shape alone would
         warn (None: every coordinate counts).
+    X : object or None, default=None
+        X as the caller received it, before any conversion (the mark is on
+        that object); None: only the shape is judged.
 
     Returns
     -------
@@ -133,10 +224,11 @@ def check_layout(shape, *, readout="last", token_dim=None, data_format="channels
     X is read as (n_samples, n_tokens, d) = (40, 6, 100): 6 tokens of d = 100 ...
     """
     if (data_format != "channels_last" or token_dim is not None or len(shape) != 3
-            or not all(isinstance(n, numbers.Integral) and n >= 1 for n in shape)):
+            or not all(isinstance(n, numbers.Integral) and n >= 1 for n in shape)
+            or (X is not None and layout_written(X))):
         return False  # not judged; an empty axis is the validation's to refuse
     n_samples, n_tokens, d = (int(n) for n in shape)
-    if not d > _LARGE_FIT_RATIO * n_tokens:
+    if not looks_transposed(n_tokens, d):
         return False
     series = d if varying is None else min(d, int(varying()))
     if not series > _LARGE_FIT_RATIO * n_tokens:
@@ -271,7 +363,7 @@ class ArraySource:
         self.d_out = 0 if Yf is None else Yf.shape[-1]
         check_layout((self.n_samples,) + Xf.shape[1:], readout=readout,
                      n_rows=self.n_rows_bound(), d_out=self.d_out,
-                     varying=functools.partial(_varying, Xf, lengths_f), **layout)
+                     varying=functools.partial(_varying, Xf, lengths_f), X=X, **layout)
 
     @classmethod
     def validated(cls, X, lengths, Y=None, sample_weight=None, readout="last"):

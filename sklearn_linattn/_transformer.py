@@ -123,10 +123,11 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
         """
         check_readout(self.readout)
         decays = check_decays(self.decay)
+        given = X  # the very object a transformer of the package may have marked
         X, lengths = check_sequences(X, **self._layout())
         # transform's output is the n_rows x psi feature matrix.
         n_rows = X.shape[0] if self.readout == "last" else int(lengths.sum())
-        check_layout(X.shape, readout=self.readout, n_rows=n_rows, solve=False,
+        check_layout(X.shape, readout=self.readout, n_rows=n_rows, solve=False, X=given,
                      **self._layout())
         self.n_features_in_ = X.shape[2]
         self._fitted_decays = decays

@@ -9,6 +9,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._base import sequence_tags
 from ._memory import real_tokens, resolve_budget
 from ._params import check_number, check_option
+from ._source import layout_written, looks_transposed, mark_layout_written
 from ._validation import check_data_format, check_sequences, to_data_format
 
 __all__ = ["AppendConstant", "Patches", "PositionalEncoding"]
@@ -35,6 +36,41 @@ def _input_names(n, input_features, what):
         raise ValueError(
             f"input_features must name the {n} {what}; got {len(input_features)} names.")
     return list(input_features)
+
+
+def _count(n, noun):
+    """``"1 time point"``, ``"12 time points"``."""
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _other_layout_advice(shape, size, data_format):
+    """Patches' advice for series without a patch that are read in the wrong layout, or None.
+
+    ``shape`` is X as read, (n_samples, n_timepoints, n_channels).  Advice
+    only when the time axis as read is shorter than ``size`` and the channel
+    axis is not: X read in the other layout would have enough time points.
+    """
+    n_samples, n_timepoints, n_channels = shape
+    if not n_timepoints < size <= n_channels:
+        return None
+    last = "(n_samples, n_timepoints, n_channels)"
+    first = "(n_samples, n_channels, n_timepoints)"
+    if data_format == "channels_last":
+        axes, as_read = last, (n_samples, n_timepoints, n_channels)
+        other_axes, other = first + ", as aeon and sktime store them", "channels_first"
+    else:
+        axes, as_read = first, (n_samples, n_channels, n_timepoints)
+        other_axes, other = last, "channels_last"
+    return (
+        f'X is read as {axes} = {as_read} with data_format="{data_format}": series of '
+        f"{_count(n_timepoints, 'time point')} of {_count(n_channels, 'channel')}. If X "
+        f"holds series of {_count(n_channels, 'time point')} of "
+        f"{_count(n_timepoints, 'channel')} stored as {other_axes}, pass "
+        f'data_format="{other}"; if it does hold series of '
+        f"{_count(n_timepoints, 'time point')}, pass a patch_size of at most "
+        f"{n_timepoints}, or incomplete='zeros' to keep their time points in a patch "
+        "completed with zeros."
+    )
 
 
 def _check_output_memory(what, shape, dtype, work, work_text, advice):
@@ -230,6 +266,10 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
             In the layout ``data_format``, lists padded: each token, then its position's
             code (NaN at padded tokens), ``n_channels = d + n_positions_``.  Float64,
             float32 and float16 keep their dtype, other numbers become float64.
+            When X is an output of :class:`Patches` (or of a chain of this
+            module's transformers from one), so is X_out for the estimators'
+            layout check: neither is judged (no
+            :class:`~sklearn_linattn.exceptions.LayoutWarning`).
 
         Raises
         ------
@@ -250,6 +290,7 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
         check_is_fitted(self)
         self._check_params()
         self._check_fitted_for()
+        given = X
         X, lengths = self._sequences(X, self.n_features_in_)
         n_samples, n_tokens, d = X.shape
         self._check_lengths(lengths, self.n_positions_)
@@ -268,7 +309,12 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
             out[..., d::2] = np.sin(angle)
             out[..., d + 1::2] = np.cos(angle)
         out[~real] = np.nan
-        return to_data_format(out, self.data_format)
+        out = to_data_format(out, self.data_format)
+        # The layout is X's: the mark of a layout the package chose (Patches)
+        # goes on with it, and the output of a user's array is judged as it.
+        if layout_written(given):
+            mark_layout_written(out)
+        return out
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: the token's, then ``pos0, pos1, ...``.
@@ -389,8 +435,14 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         return check_sequences(X, n_features_in=n_features_in, data_format=self.data_format,
                                fill_value=None, copy=False)
 
-    def _n_patches(self, lengths, size, stride):
-        """Number of patches of each series; a ValueError for a series without one."""
+    def _n_patches(self, lengths, size, stride, shape):
+        """Number of patches of each series; a ValueError for a series without one.
+
+        ``shape``: X as read, (n_samples, n_timepoints, n_channels).  When the
+        series is X's whole time axis and X read in the other layout would have
+        ``patch_size`` time points, the message says so rather than advise a
+        smaller ``patch_size`` (which would fit a model of every "channel").
+        """
         n = np.where(lengths >= size, (lengths - size) // stride + 1, 0)
         if self.incomplete == "zeros":
             # The first incomplete patch, kept when it holds a real time point.
@@ -398,11 +450,14 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         empty = n == 0
         if empty.any():
             i = int(np.flatnonzero(empty)[0])
+            # Padding in the series as read means X was read in its layout.
+            advice = (_other_layout_advice(shape, size, self.data_format)
+                      if lengths[i] == shape[1] else None)
             raise ValueError(
                 f"X[{i}] has {int(lengths[i])} real time points, fewer than "
-                f"patch_size={size}: incomplete='drop' cuts no patch from it. Pass a smaller "
-                "patch_size, or incomplete='zeros' to keep its time points in a patch "
-                "completed with zeros."
+                f"patch_size={size}: incomplete='drop' cuts no patch from it. "
+                + (advice or "Pass a smaller patch_size, or incomplete='zeros' to keep its "
+                   "time points in a patch completed with zeros.")
             )
         return n
 
@@ -435,7 +490,8 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         Raises
         ------
         ValueError
-            With ``incomplete="drop"``, for a series shorter than ``patch_size``.
+            With ``incomplete="drop"``, for a series shorter than ``patch_size``
+            (naming the other layout when X read in it would have enough time points).
 
         Examples
         --------
@@ -446,7 +502,7 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         """
         size, stride = self._check_params()
         X, lengths = self._sequences(X)
-        self._n_patches(lengths, size, stride)
+        self._n_patches(lengths, size, stride, X.shape)
         self.n_features_in_ = X.shape[2]
         return self
 
@@ -466,11 +522,20 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
             In the layout ``data_format``, lists padded: the patches in time order,
             ``n_patches`` the most of any series, later tokens all NaN.  Float64,
             float32 and float16 keep their dtype, other numbers become float64.
+            The estimators' layout check does not judge this very array (wide
+            tokens are what patches are: no
+            :class:`~sklearn_linattn.exceptions.LayoutWarning`), unless X as
+            read has more than 4 times as many channels as time points, or fewer
+            time points than ``patch_size`` and at least as many channels: X may
+            then be stored in the other layout, and X_out is judged as X would be.
 
         Raises
         ------
         ValueError
-            With ``incomplete="drop"``, for a series shorter than ``patch_size``.
+            With ``incomplete="drop"``, for a series shorter than ``patch_size``;
+            when X read in the other layout would have ``patch_size`` time points,
+            the message names the layout X was read in and the ``data_format``
+            of the other.
 
         Examples
         --------
@@ -486,9 +551,10 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         """
         check_is_fitted(self)
         size, stride = self._check_params()
+        given = X
         X, lengths = self._sequences(X, self.n_features_in_)
         n_samples, n_timepoints, c = X.shape
-        n = self._n_patches(lengths, size, stride)
+        n = self._n_patches(lengths, size, stride, X.shape)
         n_tokens = int(n.max())
         self._check_memory((n_samples, n_tokens, size * c), X.dtype)
         m = np.arange(n_tokens)
@@ -504,7 +570,16 @@ class Patches(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
         out = X[np.arange(n_samples)[:, None, None], t]  # (n_samples, n_tokens, size, c)
         out[~inside] = 0.0  # the missing time points of incomplete patches
         out[m[None, :] >= n[:, None]] = np.nan
-        return to_data_format(out.reshape(n_samples, n_tokens, size * c), self.data_format)
+        out = to_data_format(out.reshape(n_samples, n_tokens, size * c), self.data_format)
+        # The tokens are patches, wide by design (a window of p time points is
+        # one token of d = p c): the estimator's layout check, made for raw
+        # series, is not for them.  Unless X itself could be series stored the
+        # other way (many more channels than time points as read): then the
+        # estimator judges the output, as it would have judged X.
+        if layout_written(given) or not (looks_transposed(n_timepoints, c)
+                                         or n_timepoints < size <= c):
+            mark_layout_written(out)
+        return out
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: ``t{k}_{name}``, time point k of the patch.
@@ -638,6 +713,7 @@ class AppendConstant(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
         """
         check_is_fitted(self)
         value = self._check_params()
+        given = X
         X, lengths = check_sequences(X, n_features_in=self.n_features_in_,
                                      data_format=self.data_format, fill_value=None, copy=False)
         n_samples, n_tokens, d = X.shape
@@ -646,7 +722,11 @@ class AppendConstant(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
         out = np.empty((n_samples, n_tokens, d + 1), dtype=X.dtype)
         out[..., :d] = X
         out[..., d] = np.where(real_tokens(lengths, n_tokens), value, np.nan)
-        return to_data_format(out, self.data_format)
+        out = to_data_format(out, self.data_format)
+        # The layout is X's, as for PositionalEncoding: a mark of Patches goes on.
+        if layout_written(given):
+            mark_layout_written(out)
+        return out
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: the token's, then ``"const"``.

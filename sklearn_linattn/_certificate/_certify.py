@@ -108,7 +108,7 @@ def certify_identifiability(
         raise ValueError(f"solver must be one of {SOLVERS}; got {solver!r}.")
     LinearTerms.checked(1, fit_intercept, fit_skip)
     check_layout(getattr(X, "shape", ()), readout=readout, token_dim=token_dim,
-                 data_format=data_format)
+                 data_format=data_format, X=X)
     X, lengths = check_sequences(X, token_dim=token_dim, data_format=data_format)
     sample_weight = check_sample_weight(sample_weight, X.shape[0])
     d = X.shape[2]
