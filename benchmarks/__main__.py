@@ -16,7 +16,7 @@ from pathlib import Path
 from threadpoolctl import threadpool_limits
 
 from .measure import Result, usable_cores
-from .report import git_commit, machine_info, now, render_markdown
+from .report import git_commit, machine_info, now, parse_report, render_markdown
 from .rows import ROWS, Context, log
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "README.md"
@@ -37,7 +37,11 @@ def build_parser():
                         help="do not run these rows")
     parser.add_argument("--output", default=None,
                         help="markdown file to write (default benchmarks/README.md, or "
-                        "none with --quick); '-' prints only")
+                        "none with --quick); '-' prints only. An existing report keeps the "
+                        "rows this run leaves out (--only, --skip), with their run's facts")
+    parser.add_argument("--replace", action="store_true",
+                        help="write the rows run alone, dropping the other rows of an "
+                        "existing report")
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS/OpenMP threads for the whole run (default: all usable "
                         "cores)")
@@ -109,6 +113,12 @@ def main(argv=None):
     if output is None:
         output = "-" if args.quick else str(DEFAULT_OUTPUT)
 
+    previous = None
+    if output != "-" and not args.replace and Path(output).is_file():
+        previous = parse_report(Path(output).read_text())
+        if previous is None:
+            log(f"{output} is not a report of this harness: it is rewritten with the rows run")
+
     started, start = now(), time.perf_counter()
     with threadpool_limits(limits=threads):
         info = machine_info(threads)
@@ -118,7 +128,7 @@ def main(argv=None):
         results, info=info, command=shlex.join(["python", "-m", "benchmarks", *argv]),
         started=started, seconds=seconds, commit=git_commit(), quick=args.quick,
         descriptions={n: inspect.cleandoc(ROWS[n].__doc__) for n in names},
-        row_context=row_context,
+        row_context=row_context, previous=previous, row_order=list(ROWS),
     )
     print(text)
     if output != "-":
