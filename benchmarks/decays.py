@@ -1,6 +1,6 @@
 """Fixed decays: a decayed teacher learned back, the search over decays, and what positions cost.
 
-Three parts, each printed as a markdown table:
+Four parts, each printed as a markdown table or a few lines:
 
 - ``teacher``: a two-head MHLA at d = 4 with decays 1 and 0.6 (heads N(0, 1)),
   300 training sequences of 2 to 6 tokens (100 for ``"dual"``), NaN-padded,
@@ -21,11 +21,23 @@ Three parts, each printed as a markdown table:
   the encoded X against the peak memory of the search (``tracemalloc``, which
   sees numpy's allocations), the measure of what a positions option inside
   the regressor could save.
+- ``joint``: one search over k = 3 candidate decays against a search per
+  candidate, on windows of a noisy sine (period 17, noise 0.1; ``--windows``
+  windows of 48 time points, one channel, the next value as target) cut by
+  ``Patches(6)`` then ``PositionalEncoding()`` (8 tokens of d = 14, psi =
+  1470 a block: far fewer rows than features, the kernel path):
+  ``LinearAttentionRegressorCV(decays=[None, 0.9, 0.5])`` and
+  ``LinearAttentionRegressorCV(decays=[c])`` for each candidate (5 folds, the
+  default alphas), wall times interleaved in one run (best of ``--repeats``,
+  at least 3); the ratio joint / slowest single search (target: at most
+  1.3), joint / sum of the three, and the largest relative difference of the
+  joint search's scores from the separate searches' (equal to rounding).
 
 Usage::
 
-    python -m benchmarks.decays                      # all three parts
+    python -m benchmarks.decays                      # all four parts
     python -m benchmarks.decays --only teacher --threads 1
+    python -m benchmarks.decays --only joint --threads 2 --repeats 3
 """
 
 import argparse
@@ -39,9 +51,12 @@ from threadpoolctl import threadpool_limits
 
 from sklearn_linattn import LinearAttentionRegressor, LinearAttentionRegressorCV, mhla_forward
 from sklearn_linattn._memory import real_tokens
-from sklearn_linattn.preprocessing import PositionalEncoding
+from sklearn_linattn.preprocessing import Patches, PositionalEncoding
 
-PARTS = ("teacher", "search", "positions")
+from .measure import interleaved_timings
+
+PARTS = ("teacher", "search", "positions", "joint")
+JOINT_DECAYS = (None, 0.9, 0.5)
 SOLVERS = ("eigh", "cholesky", "svd", "dual", "cg", "lsmr")
 
 
@@ -118,13 +133,51 @@ def positions_memory():
     return dict(x_bytes=X.nbytes, encoded_bytes=encoded.nbytes, search_peak_bytes=peak)
 
 
+def sine_windows(n_windows=300, window=48, period=17.0, noise=0.1, seed=0):
+    """Windows of a noisy sine as patches with one-hot positions, the next value as target."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n_windows + window)
+    s = np.sin(2 * np.pi * t / period) + noise * rng.normal(size=t.size)
+    X = s[np.arange(n_windows)[:, None] + np.arange(window)][:, :, None]
+    y = s[np.arange(n_windows) + window]
+    return PositionalEncoding().fit_transform(Patches(6).fit_transform(X)), y
+
+
+def joint_cost(repeats=3, n_windows=300, seed=0):
+    """One search over JOINT_DECAYS against a search per candidate (wall s, interleaved)."""
+    X, y = sine_windows(n_windows, seed=seed)
+    functions = {str(c): (lambda c=c: LinearAttentionRegressorCV(decays=[c]).fit(X, y))
+                 for c in JOINT_DECAYS}
+    functions["joint"] = lambda: LinearAttentionRegressorCV(decays=list(JOINT_DECAYS)).fit(X, y)
+    times, last = interleaved_timings(functions, repeats)
+    best = {name: min(t) for name, t in times.items()}
+    single = [best[str(c)] for c in JOINT_DECAYS]
+    joint, separate = last["joint"], [last[str(c)] for c in JOINT_DECAYS]
+    n = len(joint.cv_results_["mean_test_score"]) // len(JOINT_DECAYS)
+    difference = 0.0
+    for i, one in enumerate(separate):
+        for key, value in one.cv_results_.items():
+            if key.endswith("test_score") and not key.startswith("rank"):
+                part = joint.cv_results_[key][i * n:(i + 1) * n]
+                difference = max(difference, float(np.max(np.abs(part - value) / np.abs(value))))
+    expected = separate[int(np.argmax([one.best_score_ for one in separate]))]
+    return dict(shape=X.shape, joint=best["joint"],
+                single=dict(zip(map(str, JOINT_DECAYS), single)),
+                ratio=best["joint"] / max(single), ratio_sum=best["joint"] / sum(single),
+                decay=joint.decay_, alpha=joint.alpha_, solver=joint.solver_,
+                same_choice=(joint.decay_, joint.alpha_) == (expected.decay_, expected.alpha_),
+                score_difference=difference, all_times=times)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=PARTS, nargs="+", default=list(PARTS))
-    parser.add_argument("--repeats", type=int, default=1, help="rounds of the search part")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds of the search and joint parts")
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS threads (default: the library's own)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--windows", type=int, default=300, help="sine windows of the joint part")
     args = parser.parse_args(argv)
     with threadpool_limits(args.threads):
         if "teacher" in args.only:
@@ -145,6 +198,17 @@ def main(argv=None):
             print(f"\nX {out['x_bytes'] / 2**20:.2f} MiB, with one-hot positions "
                   f"{out['encoded_bytes'] / 2**20:.2f} MiB; peak traced memory of the search "
                   f"{out['search_peak_bytes'] / 2**20:.0f} MiB")
+        if "joint" in args.only:
+            out = joint_cost(max(args.repeats, 3), args.windows, args.seed)
+            n, T, d = out["shape"]
+            print(f"\njoint search over decays {list(JOINT_DECAYS)} (5 folds, 10 alphas) on {n} "
+                  f"sine windows ({T} tokens, d = {d}), solver {out['solver']}: "
+                  f"{out['joint']:.3f} s; one search per decay: "
+                  + ", ".join(f"{c} {t:.3f} s" for c, t in out["single"].items()))
+            print(f"  joint / slowest single: {out['ratio']:.2f} (target <= 1.3); joint / sum: "
+                  f"{out['ratio_sum']:.2f}; chosen decay {out['decay']}, alpha {out['alpha']:g} "
+                  f"(that of the separate searches: {out['same_choice']}); largest relative "
+                  f"score difference {out['score_difference']:.1e}")
 
 
 if __name__ == "__main__":

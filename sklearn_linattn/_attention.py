@@ -454,13 +454,50 @@ def _generate_into(out, X, lengths, Q_flat, V_flat, n_heads, d, n_steps, round_,
             pos += 1
 
 
+class DecayBlocks(tuple):
+    """Distinct decays of feature blocks, and which blocks some model reads together.
+
+    A tuple of float (one feature block per decay); ``groups`` partitions the
+    block indices so that every model's blocks lie in one group: the
+    statistics of blocks of two groups (their cross Gram blocks) are never
+    read, so a pass over the data need not gather them.
+    """
+
+    def __new__(cls, decays, groups=None):
+        self = super().__new__(cls, decays)
+        self.groups = ((tuple(range(len(self))),) if groups is None
+                       else tuple(tuple(int(b) for b in g) for g in groups))
+        return self
+
+    def __getnewargs__(self):
+        return tuple(self), self.groups
+
+
 def decay_blocks(*head_decays):
     """The distinct decays of models' checked per-head decays, in order of first appearance.
 
-    A tuple of float; None is a model without decays (decay 1); empty when no model has a head.
+    A tuple of float (a :class:`DecayBlocks`); None is a model without decays
+    (decay 1); empty when no model has a head.  Its ``groups`` join the blocks
+    of each model (connected components, each in block order): blocks of two
+    groups are never read together.
+
+    Examples
+    --------
+    >>> from sklearn_linattn._attention import decay_blocks
+    >>> blocks = decay_blocks(None, (0.9, 1.0), 0.5)
+    >>> blocks, blocks.groups
+    ((1.0, 0.9, 0.5), ((0, 1), (2,)))
     """
-    return tuple(dict.fromkeys(
-        g for decays in head_decays for g in ((1.0,) if decays is None else map(float, decays))))
+    models = [(1.0,) if decays is None else tuple(map(float, np.atleast_1d(decays)))
+              for decays in head_decays]
+    blocks = tuple(dict.fromkeys(g for decays in models for g in decays))
+    index = {g: b for b, g in enumerate(blocks)}
+    groups = []
+    for decays in models:  # a model's blocks join every group they meet
+        joined = {index[g] for g in decays}
+        met = [group for group in groups if group & joined]
+        groups = [group for group in groups if not group & joined] + [joined.union(*met)]
+    return DecayBlocks(blocks, sorted(tuple(sorted(group)) for group in groups))
 
 
 def attention_coefficients(V, Q, *, decays=None, blocks=None):

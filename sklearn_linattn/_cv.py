@@ -23,11 +23,13 @@ rank-deficient design is solved on the row space of all the data: each split
 then decomposes a matrix of the rank's size instead of psi's.
 
 Candidate decays share the pass too: the statistics of the union of their
-blocks are gathered once, and each candidate's are a principal submatrix of
-them (:meth:`~._solvers.SufficientStatistics.blocks`), scored for every alpha
-by the same :func:`cross_validated_scores`.  A candidate that changes the
-tokens themselves (positions) needs a pass of its own: a search over a
-Pipeline's encoder (``GridSearchCV``) gives it.
+blocks are gathered once (cross blocks only within a candidate's:
+:func:`~._attention.decay_blocks`' groups), each candidate's read from them
+(:meth:`~._solvers.SufficientStatistics.blocks`, and its columns of the kept
+rows) and scored with the solver of a search over it alone, so the scores equal
+separate searches'.  A candidate that changes the tokens themselves
+(positions) needs a pass of its own: a search over a Pipeline's encoder
+(``GridSearchCV``) gives it.
 
 Candidate linear terms (``fit_intercept="auto"``, ``fit_skip="auto"``) share
 the splits' solves as well: the term columns are extra targets of the same
@@ -37,10 +39,11 @@ each candidate eliminates its own columns from those solves
 """
 
 
+import dataclasses
 import warnings
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import rankdata, trim_mean
 from sklearn.model_selection import check_cv
 from sklearn.utils.metaestimators import available_if
 
@@ -63,7 +66,21 @@ __all__ = ["DEFAULT_ALPHAS", "LinearAttentionRegressorCV", "cross_validated_scor
 DEFAULT_ALPHAS = (0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
 DEFAULT_ALPHAS_LINEAR = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 # How the split scores of a candidate make its score.
-FOLD_SCORES = ("mean", "median")
+FOLD_SCORES = ("mean", "trimmed", "median")
+
+
+def fold_score(scores, how):
+    """Candidates' scores from their splits' (n_candidates, n_splits): ``how`` of FOLD_SCORES.
+
+    ``"trimmed"`` is the mean without the best and the worst fifth of the
+    splits (``scipy.stats.trim_mean``; one of each for five splits), so
+    that one split with an outlying sequence cannot decide.
+    """
+    if how == "mean":
+        return scores.mean(axis=1)
+    if how == "median":
+        return np.median(scores, axis=1)
+    return trim_mean(scores, 0.2, axis=1)
 # The scorers the statistics determine: the mean squared error (as scikit-learn's
 # "neg_mean_squared_error", greater is better) and R^2.
 SCORINGS = (None, "neg_mean_squared_error", "r2")
@@ -439,13 +456,30 @@ def _union_of(candidates):
     return decay_blocks(*candidates)  # None counts as decay 1
 
 
+def _search_solver(requested, n_rows, psi):
+    """The solver of a search over psi features: a statistics solver, or ("auto", far fewer
+    rows than features) the N x N kernel of the kept rows, as a plain fit would."""
+    solver = choose_solver(requested, n_rows, psi, statistics=True)
+    if requested == "auto":
+        wide = choose_solver("auto", n_rows, psi)
+        if REGISTRY[wide].penalty_path is not None and not REGISTRY[wide].statistics:
+            solver = wide
+    return solver
+
+
 def _candidate_problem(problem, union, candidate):
-    """The problem of one candidate's blocks, from the statistics of all of them."""
+    """The problem of one candidate's blocks, from the statistics (and rows) of all of them."""
     which = [union.index(g) for g in ((1.0,) if candidate is None else candidate)]
     stats = problem.stats.blocks(which, candidate)
     out = StandardizedProblem.from_statistics(stats, d_out=problem.d_out, terms=problem.terms)
     out.group_stats = [part.blocks(which, candidate) for part in problem.group_stats]
     out.scales = problem.scales
+    if problem.kept is not None:  # the moments of its blocks: S's columns, block by block
+        P = n_pairs(problem.d)
+        cols = (np.asarray(which)[:, None] * P + np.arange(P)).ravel()
+        out.kept = dataclasses.replace(problem.kept, S=problem.kept.S[:, cols])
+        out.rows = dataclasses.replace(problem.rows, kept=out.kept,
+                                       standardizer=stats.standardizer, _operators={})
     return out
 
 
@@ -482,6 +516,13 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         every alpha with and without the term on the same splits and keeps it
         (``fit_intercept_``, ``fit_skip_``) only when it scores better by more
         than the tie of ``alpha_``.
+    fit_linear : bool or "auto", default=False
+        The linear term over every token of :class:`LinearAttentionRegressor`
+        (``readout="last"``), scored at every penalty of ``alphas_linear``
+        (their columns share the splits' solves; ``fit_linear_``,
+        ``alpha_linear_``).
+    alphas_linear : array-like, default=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+        Candidate penalties of the linear term, unit-free.
     n_heads : int, "auto" or None, default=None
         Heads of the refitted model; the scores are those of the
         unconstrained least squares.
@@ -503,6 +544,10 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         units of y), or R^2, averaged over outputs.  Other scorers need every
         held-out prediction: use :class:`~sklearn.model_selection.GridSearchCV`
         with :func:`~sklearn_linattn.metrics.sequence_scorer`.
+    fold_score : {"mean", "trimmed", "median"}, default="mean"
+        A candidate's score from its splits': their mean, the mean without the
+        best and the worst fifth of them, or their median (the last two: one
+        split with an outlying sequence cannot decide).
     token_dim : int or None, default=None
         As in :class:`LinearAttentionRegressor`.
     data_format : {"channels_last", "channels_first"}, default="channels_last"
@@ -524,10 +569,12 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         best, so that rounding never decides.
     decay_ : None or tuple of float
         The chosen candidate of ``decays``.
-    fit_intercept_, fit_skip_ : bool
+    fit_intercept_, fit_skip_, fit_linear_ : bool
         The chosen terms.
+    alpha_linear_ : float or None
+        The chosen penalty of the linear term (None without it).
     best_score_ : float
-        Its mean test score.
+        Its test score (``fold_score`` of its splits').
     best_index_ : int
         Its index in ``cv_results_`` (decays, then sets of terms, then alphas).
     cv_results_ : dict of ndarray
@@ -536,7 +583,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         ``"std_test_score"`` and ``"rank_test_score"``.
     n_splits_ : int
         Number of splits.
-    coef_, intercept_, skip_coef_, value_matrices_, key_query_matrices_, \
+    coef_, intercept_, skip_coef_, linear_coef_, value_matrices_, key_query_matrices_, \
 n_heads_, certificate_, standardization_, feature_rank_, solver_, n_iter_, \
 n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_, head_dim_gap_
         Those of the model refitted at ``alpha_`` (see
@@ -716,13 +763,9 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
                     f"got shape {groups.shape}.")
         labels, parts = split_groups(cv_splits(self.cv, source.n_samples, groups),
                                      source.n_samples)
-        solver = choose_solver(params.solver, n_rows, psi, statistics=True)
-        if params.solver == "auto" and candidates == [union]:
-            # Far fewer rows than features: the row space of all the data, and the
-            # refit, from the N x N kernel of the kept rows, as a plain fit would.
-            wide = choose_solver("auto", n_rows, psi)
-            if REGISTRY[wide].penalty_path is not None and not REGISTRY[wide].statistics:
-                solver = wide
+        # Each candidate decay solved as a search over it alone would solve it.
+        solvers = [_search_solver(params.solver, n_rows, n_attention_features(d) * len(
+            (1.0,) if c is None else c)) for c in candidates]
         self._check_memory(psi, d, n_blocks, int(labels.max()) + 1)
         linear = _checked_term_options(self.fit_linear, "fit_linear")
         term_options, terms = _term_candidates(
@@ -735,11 +778,11 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         # Heads fitted to the rows directly need the rows (a compression without terms).
         direct = params.n_heads is not None and not terms.n_columns and union is None
         # The folds' statistics in the pass, whatever solves the whole.
-        pass_solver = solver if REGISTRY[solver].statistics else STATISTICS_SOLVERS[0]
+        pass_solver = next((s for s in solvers if REGISTRY[s].statistics), STATISTICS_SOLVERS[0])
         problem = StandardizedProblem.from_source(
             source, readout=params.readout, terms=terms, solver=pass_solver, decays=union,
-            keep=keep_rows(solver, n_rows, d, source.d_out + terms.n_terms, direct=direct,
-                           n_blocks=n_blocks),
+            keep=any(keep_rows(s, n_rows, d, source.d_out + terms.n_terms, direct=direct,
+                               n_blocks=n_blocks) for s in solvers),
             groups=labels)
         params.log(f"statistics of {int(labels.max()) + 1} groups of sequences (one pass)")
         if candidates == [union]:
@@ -748,15 +791,16 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
             problems = [_candidate_problem(problem, union, c) for c in candidates]
         searched = [(c, t) for c in candidates for t in term_options]
         scores = np.concatenate([
-            cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=solver,
+            cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=s,
                                    terms=term_options)
-            for p in problems])
+            for p, s in zip(problems, solvers)])
         d_out = problem.d_out - terms.n_window
         tie = score_tie(problem.stats, d_out, problem.standardizer.y_exponents[:d_out],
                          self.scoring)
         chosen = self._set_results(alphas, searched, scores, tie)
         self._decays_in_use = self.decay_
         decay_problem = problems[chosen // len(term_options)]
+        solver = solvers[chosen // len(term_options)]
         refit = decay_problem.with_terms(searched[chosen][1])
         for p in problems + [problem, refit]:
             p.group_stats = None
@@ -794,7 +838,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
             means, stds = scores.mean(axis=1), scores.std(axis=1)
         # The candidates' scores: the splits' mean, or their median (one split
         # with an outlying sequence cannot decide).
-        chosen_by = means if self.fold_score == "mean" else np.median(scores, axis=1)
+        chosen_by = fold_score(scores, self.fold_score)
         # Scores near float64's limit: their squares overflowed, scaled they do not.
         big = np.isfinite(means) & ~np.isfinite(stds)
         if big.any():

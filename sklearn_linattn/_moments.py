@@ -95,7 +95,10 @@ class MomentPass:
         coordinates, from the same pass (cross-validation folds).
     decays : tuple of float or None, default=None
         Fixed decays of the feature blocks: the rows' moments are the decayed
-        moments, one block per decay (the coordinates carry them).
+        moments, one block per decay (the coordinates carry them).  A
+        :class:`~._attention.DecayBlocks` of several ``groups`` (the union of
+        the candidates of a search over decays) gathers the Gram blocks within
+        each group only (:meth:`~._solvers.SufficientStatistics.gather_block_groups`).
     tokens : TokenStandardizer or None, default=None
         Gather the scales of these standardized tokens instead of the tokens
         as they are (the refinement of a whitening, :func:`coordinates`).
@@ -212,6 +215,11 @@ class MomentPass:
         st = self.provisional
         if self.stats is None:
             self.stats = [self._make_statistics(standardizer=st) for _ in self._group_samples]
+            groups = getattr(self.decays, "groups", None)
+            if groups is not None and len(groups) > 1:
+                for part in self.stats:
+                    if part.has_gram:
+                        part.gather_block_groups(groups)
         if self.stats is False:
             return  # out of the provisional coordinates' range: a second pass
         self._group_samples[group] += X.shape[0] if w is None else int(

@@ -19,8 +19,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils import check_array
 from sklearn.utils.validation import check_is_fitted
 
-from ._cv import FOLD_SCORES, LinearAttentionRegressorCV
-from ._params import check_option
+from ._cv import FOLD_SCORES, LinearAttentionRegressorCV, fold_score
+from ._params import check_flag, check_option
 from ._units import (
     LEVELS,
     error_weights,
@@ -76,15 +76,22 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         forecast is the model that predicts 0.
     patch_sizes : "auto" or sequence of int, default="auto"
         Patch sizes to try; ``"auto"``: the two of smallest token dimension.
-    decays : list, default=(None, 0.9)
-        Candidate decays (as in :class:`LinearAttentionRegressorCV`).
+    decays : list, default=(None,)
+        Candidate decays (as in :class:`LinearAttentionRegressorCV`), e.g.
+        ``[None, 0.9]``; they share each configuration's pass.
     alphas, alphas_linear : array-like, default=(0, 1e-6, ..., 1e6) and (1e-5, ..., 1)
         Penalties of attention and of the linear term, unit-free.
     cv : int, splitter or iterable, default=5
         Splits of the windows (``KFold(5)``: contiguous blocks, in order).
-    fold_score : {"median", "mean"}, default="median"
-        How the splits' scores make a candidate's: the median, so that one
-        split with an outlying window cannot decide, or the mean.
+    fold_score : {"trimmed", "median", "mean"}, default="trimmed"
+        How the splits' scores make a candidate's: the mean without the best
+        and the worst fifth of the splits, or the median, so that one split
+        with an outlying window cannot decide; or the plain mean.
+    level_targets : bool, default=True
+        Whether y is in the units of channels of X (the next value, say): the
+        level normalization then applies to y too, and its inverse to the
+        predictions.  False: y is in other units (a rate, a score) and only
+        the windows are normalized.
     target_channels : None, int or sequence of int, default=None
         The channel of each output, for the level normalization; None: channel
         0 for one output or one channel, else output i is channel i (as many
@@ -129,9 +136,9 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     True
     """
 
-    def __init__(self, *, levels=LEVELS, patch_sizes="auto", decays=(None, 0.9),
+    def __init__(self, *, levels=LEVELS, patch_sizes="auto", decays=(None,),
                  alphas=DEFAULT_ALPHAS, alphas_linear=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0),
-                 cv=5, fold_score="median", target_channels=None,
+                 cv=5, fold_score="trimmed", level_targets=True, target_channels=None,
                  data_format="channels_last", random_state=None):
         self.levels = levels
         self.patch_sizes = patch_sizes
@@ -140,6 +147,7 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         self.alphas_linear = alphas_linear
         self.cv = cv
         self.fold_score = fold_score
+        self.level_targets = level_targets
         self.target_channels = target_channels
         self.data_format = data_format
         self.random_state = random_state
@@ -236,16 +244,20 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
                 f"y must have shape ({X.shape[0]},) or ({X.shape[0]}, n_outputs), one row per "
                 f"window; got {y.shape}.")
         self.n_outputs_ = Y.shape[1]
-        self._target_channels = self._channels(Y.shape[1], X.shape[2])
+        check_flag(self.level_targets, "level_targets")
+        self._target_channels = (self._channels(Y.shape[1], X.shape[2]) if self.level_targets
+                                 else None)
         rows, fitted = [], []
         tests = [test for _, test in check_cv(self.cv).split(X[:, :, 0])]
         for level, patch_size in self._configurations(X.shape[1], X.shape[2]):
             loc, scale = levels_of(X, level)
             Xn = normalize_windows(X, loc, scale)
-            Yn = normalize_targets(Y, loc, scale, self._target_channels)
+            Yn = (Y if self._target_channels is None else
+                  normalize_targets(Y, loc, scale, self._target_channels))
             model = clone(self._pipeline(patch_size))
             # Squared errors in y's units: the fit's and the folds' weights.
-            weights = error_weights(scale, self._target_channels)
+            weights = (np.ones(X.shape[0]) if self._target_channels is None else
+                       error_weights(scale, self._target_channels))
             model.fit(Xn, Yn, linearattentionregressorcv__sample_weight=weights)
             rows.append((level, patch_size, self._score(model[-1], weights, tests)))
             fitted.append(model)
@@ -273,7 +285,7 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         k = search.best_index_
         splits = np.array([search.cv_results_[f"split{i}_test_score"][k] * weights[test].mean()
                            for i, test in enumerate(tests)])
-        return float(np.median(splits) if self.fold_score == "median" else splits.mean())
+        return float(fold_score(splits[None], self.fold_score)[0])
 
     def predict(self, X):
         """Predictions in y's units: the chosen pipeline on normalized windows, restored.
@@ -291,7 +303,8 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         loc, scale = levels_of(X, self.best_params_["level"])
         pred = np.asarray(self.best_estimator_.predict(normalize_windows(X, loc, scale)),
                           dtype=np.float64).reshape(X.shape[0], -1)
-        out = restore_targets(pred, loc, scale, self._target_channels)
+        out = (pred if self._target_channels is None else
+               restore_targets(pred, loc, scale, self._target_channels))
         return out[:, 0] if self._single else out
 
     def __sklearn_tags__(self):

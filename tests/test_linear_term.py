@@ -120,7 +120,7 @@ def test_median_fold_score_is_not_decided_by_one_outlying_sequence():
 @pytest.mark.parametrize("name, kw", [
     ("readout", dict(readout="all")),
     ("alphas_linear", dict(alphas_linear=[-1.0])),
-    ("fold_score", dict(fold_score="trimmed")),
+    ("fold_score", dict(fold_score="max")),
 ])
 def test_cv_refuses_bad_linear_parameters(name, kw):
     X, y = _data(n=60)
@@ -203,3 +203,18 @@ def test_sequence_regressor_refuses_bad_parameters(kw, match):
     X, y = _series_windows(n=60)
     with pytest.raises(ValueError, match=match):
         make_sequence_regressor(**kw).fit(X, y)
+
+
+def test_level_targets_false_normalizes_the_windows_only():
+    # y in other units than X (a rate): the windows' level applies to X alone.
+    X, _ = _series_windows(n=160)
+    y = X[:, -1, 0] / (1.0 + np.abs(X[:, :, 0]).mean(axis=1))
+    kw = dict(patch_sizes=[4], decays=[None], levels=("revin",))
+    model = make_sequence_regressor(level_targets=False, **kw).fit(X, y)
+    # The same pipeline by hand on windows in their own mean and standard deviation.
+    loc, scale = levels_of(X, "revin")
+    Xn = (X - loc[:, None, :]) / scale[:, None, :]
+    by_hand = clone(model.best_estimator_).fit(Xn, y)
+    np.testing.assert_allclose(model.predict(X), by_hand.predict(Xn), rtol=1e-10, atol=1e-12)
+    with pytest.raises(TypeError, match="level_targets"):
+        make_sequence_regressor(level_targets="yes", **kw).fit(X, y)

@@ -59,6 +59,48 @@ def _pair_offsets(P):
     return np.concatenate([[0], np.cumsum(P - np.arange(P))])
 
 
+def _pair_rows(P, moments):
+    """Rows of a compact Gram matrix of P moments that hold the pairs of some of them.
+
+    ``moments`` (indices among the P, in any order) are the moments of other
+    statistics: row ``i`` of those statistics' compact Gram matrix (their pair
+    ``i`` in triu order) is row ``out[i]`` of this one (the pair in either
+    order: a block ``(p, q)`` is also the block ``(q, p)``).
+    """
+    moments = np.asarray(moments, dtype=np.intp)
+    j, k = pair_indices(moments.size)
+    lo, hi = np.minimum(moments[j], moments[k]), np.maximum(moments[j], moments[k])
+    return _pair_offsets(P)[lo] + (hi - lo)
+
+
+def _block_moments(which, n_moments):
+    """The moment indices of feature blocks ``which`` (each of ``n_moments`` moments)."""
+    return (np.asarray(which, dtype=np.intp)[:, None] * n_moments
+            + np.arange(n_moments)).ravel()
+
+
+def _add_pair_products(out, St, B):
+    """Add ``pairs(St) @ B`` to ``out`` (compact Gram rows of the moments St, in order)."""
+    P, m = St.shape
+    # Pair products of the moments (rows (p, q), q >= p, in triu order)
+    # times pair products of the tokens: a GEMM gives every distinct Gram
+    # entry of this chunk.  The pair products are formed a block of rows
+    # at a time, small enough to stay in cache until the GEMM reads them.
+    offsets = _pair_offsets(P)
+    block = max(1, _GRAM_BLOCK_VALUES // m)
+    buffer = np.empty(min(offsets[-1], max(block, P)) * m)
+    p = 0
+    while p < P:
+        stop = p + 1  # rows offsets[p]:offsets[stop] of the compact Gram
+        while stop < P and offsets[stop + 1] - offsets[p] <= block:
+            stop += 1
+        start = offsets[p]
+        A = buffer[: (offsets[stop] - start) * m].reshape(-1, m)
+        for q in range(p, stop):
+            np.multiply(St[q:], St[q], out=A[offsets[q] - start : offsets[q + 1] - start])
+        out[start : offsets[stop]] += A @ B
+        p = stop
+
 
 def _mapped_gram(G, A, B):
     """``kron(A, B) G kron(A, B)^T`` of G shaped (P, d, P, d), as a (P d, P d) matrix."""
@@ -394,12 +436,50 @@ class SufficientStatistics(RowCounts):
     """
 
     has_gram = True
+    # Groups of feature blocks whose Gram blocks are gathered (None: all of them).
+    block_groups = None
 
     def __init__(self, d, d_out=None, *, standardizer=None, readout=None, terms=None):
         super().__init__(d, d_out, standardizer=standardizer, readout=readout, terms=terms)
         P = self.standardizer.n_moments
         self._compact = np.zeros((n_pairs(P), n_pairs(self.d)))
         self.moment = None if self.d_out is None else np.zeros((self.n_features, self.d_out))
+
+    def gather_block_groups(self, groups):
+        """Gather only the Gram blocks of feature blocks in one group (before any row).
+
+        For statistics whose feature blocks (decays) are read in groups, never
+        two groups together (the candidates of a search over decays): the
+        cross blocks of two groups are neither gathered nor stored (the
+        distinct entries of each group's blocks are stored group after
+        group), so the whole Gram matrix is not available; :meth:`blocks`
+        within one group is.  The moment, counts and targets are whole.
+
+        Parameters
+        ----------
+        groups : sequence of sequences of int
+            A partition of the block indices; one group gathers everything.
+        """
+        groups = tuple(tuple(sorted(int(b) for b in g)) for g in groups)
+        if sorted(b for g in groups for b in g) != list(range(self.standardizer.n_blocks)):
+            raise ValueError(
+                f"groups must partition the {self.standardizer.n_blocks} feature blocks; got "
+                f"{groups!r}.")
+        if self.n_rows:
+            raise ValueError("the groups of blocks are fixed before the first row.")
+        self.block_groups = groups if len(groups) > 1 else None
+        if self.block_groups is not None:
+            self._compact = np.zeros((self._segments()[-1][2], n_pairs(self.d)))
+        return self
+
+    def _segments(self):
+        """Per group of blocks: its moments and its rows ``start:stop`` of the stored entries."""
+        P1, out, stop = n_pairs(self.d), [], 0
+        for group in self.block_groups:
+            moments = _block_moments(group, P1)
+            out.append((moments, stop, stop + n_pairs(moments.size)))
+            stop = out[-1][2]
+        return out
 
     @property
     def gram(self):
@@ -417,6 +497,11 @@ class SufficientStatistics(RowCounts):
             the LAPACK and BLAS calls that read one triangle (half the
             writes).
         """
+        if self.block_groups is not None:
+            raise ValueError(
+                f"these statistics gather the Gram blocks within the groups of feature blocks "
+                f"{self.block_groups} only: the whole Gram matrix is not available; blocks() "
+                "gives the statistics of one group's blocks.")
         P, d = self.standardizer.n_moments, self.d
         unfold = pair_index_matrix(d).ravel()
         offsets = _pair_offsets(P)
@@ -435,13 +520,15 @@ class SufficientStatistics(RowCounts):
 
     def _set_gram(self, value):
         """Store the distinct entries of a psi x psi matrix with the Gram matrix's symmetries."""
+        self._compact = self._compact_of(value)
+
+    def _compact_of(self, value):
+        """The distinct entries of a psi x psi matrix with the Gram matrix's symmetries."""
         P = self.standardizer.n_moments
         jp, kp = pair_indices(P)
         jd, kd = pair_indices(self.d)
         G4 = np.asarray(value, dtype=np.float64).reshape(P, self.d, P, self.d)
-        self._compact = np.ascontiguousarray(
-            G4[jp[:, None], jd[None, :], kp[:, None], kd[None, :]]
-        )
+        return np.ascontiguousarray(G4[jp[:, None], jd[None, :], kp[:, None], kd[None, :]])
 
     def add_rows(self, rows):
         """Add standardized rows (:class:`~.._moments.Rows`): Gram matrix, moment, counts."""
@@ -504,7 +591,11 @@ class SufficientStatistics(RowCounts):
         jp, kp = pair_indices(P)
         jd, kd = pair_indices(d)
         index = (jp[:, None] * d + jd[None, :]) * (psi + d_out) + (kp[:, None] * d + kd[None, :])
-        self._compact += G.reshape(-1)[index]
+        if self.block_groups is None:
+            self._compact += G.reshape(-1)[index]
+        else:  # the pairs within each group, group after group
+            rows = np.concatenate([_pair_rows(P, m) for m, _, _ in self._segments()])
+            self._compact += G.reshape(-1)[index[rows]]
         if Yt is not None:
             self.moment += G[:psi, psi:]
             self.y_sq += np.diagonal(G[psi:, psi:])
@@ -512,30 +603,17 @@ class SufficientStatistics(RowCounts):
 
     def _accumulate_pairs(self, S, x, w):
         """Distinct Gram entries from pair products of the moments and of the tokens."""
-        m, P = S.shape
-        # Pair products of the moments (rows (p, q), q >= p, in triu order)
-        # times pair products of the tokens: a GEMM gives every distinct Gram
-        # entry of this chunk.  The pair products are formed a block of rows
-        # at a time, small enough to stay in cache until the GEMM reads them.
-        St = np.ascontiguousarray(S.T)
-        offsets = _pair_offsets(P)
         jd, kd = pair_indices(self.d)
         B = x[:, jd] * x[:, kd]
         if w is not None:
             B *= w[:, None]
-        block = max(1, _GRAM_BLOCK_VALUES // m)
-        buffer = np.empty(min(offsets[-1], max(block, P)) * m)
-        p = 0
-        while p < P:
-            stop = p + 1  # rows offsets[p]:offsets[stop] of the compact Gram
-            while stop < P and offsets[stop + 1] - offsets[p] <= block:
-                stop += 1
-            start = offsets[p]
-            A = buffer[: (offsets[stop] - start) * m].reshape(-1, m)
-            for q in range(p, stop):
-                np.multiply(St[q:], St[q], out=A[offsets[q] - start : offsets[q + 1] - start])
-            self._compact[start : offsets[stop]] += A @ B
-            p = stop
+        St = np.ascontiguousarray(S.T)
+        if self.block_groups is None:
+            _add_pair_products(self._compact, St, B)
+            return
+        for moments, start, stop in self._segments():
+            # Each group's Gram blocks as statistics of its blocks alone gather them.
+            _add_pair_products(self._compact[start:stop], St[moments], B)
 
     def restandardized(self, standardizer):
         """The same statistics in other standardized coordinates (a new object).
@@ -567,19 +645,32 @@ class SufficientStatistics(RowCounts):
             return out
         A, B = feature_map(self.standardizer, standardizer)
         P, d = A.shape[0], self.d
-        if map_is_accurate(B):
-            out._set_gram(_mapped_gram(self.gram.reshape(P, d, P, d), A, B) * wf)
+        if self.block_groups is None:
+            out._compact = self._mapped_compact(A, B, wf)
         else:
-            # Mapping G itself would round its zero eigenvalues up by the map's
-            # cancellations; its factor keeps them zero (the rank is kept).
-            F = self._gram_factor().reshape(P, d, -1)
-            F = np.einsum("ip,jl,plr->ijr", A, B, F).reshape(P * d, -1)
-            out._set_gram((F @ F.T) * wf)
+            # Every block's moments map alike (A is block diagonal): each
+            # group's Gram blocks are mapped on their own.
+            decays = self.standardizer.decays
+            for group, (moments, start, stop) in zip(self.block_groups, self._segments()):
+                part = self.blocks(group, tuple(decays[b] for b in group))
+                out._compact[start:stop] = part._mapped_compact(A[np.ix_(moments, moments)],
+                                                                B, wf)
         if self.moment is not None:
             b = self.moment.reshape(P, d, self.d_out)
             b = np.einsum("ip,jl,pla->ija", A, B, b).reshape(P * d, self.d_out)
             out.moment = (b @ target_map) * wf
         return out
+
+    def _mapped_compact(self, A, B, wf):
+        """The compact Gram matrix mapped by ``kron(A, B)`` and scaled by ``wf``."""
+        P, d = A.shape[0], self.d
+        if map_is_accurate(B):
+            return self._compact_of(_mapped_gram(self.gram.reshape(P, d, P, d), A, B) * wf)
+        # Mapping G itself would round its zero eigenvalues up by the map's
+        # cancellations; its factor keeps them zero (the rank is kept).
+        F = self._gram_factor().reshape(P, d, -1)
+        F = np.einsum("ip,jl,plr->ijr", A, B, F).reshape(P * d, -1)
+        return self._compact_of((F @ F.T) * wf)
 
     def _gram_factor(self):
         """``F`` (psi, r) with ``G = F F^T`` to the zero tolerance: its non-zero eigenpairs."""
@@ -613,16 +704,36 @@ class SufficientStatistics(RowCounts):
         -------
         SufficientStatistics
             The same rows with the features of those blocks only: the Gram
-            matrix's and moment's rows and columns of those blocks.
+            matrix's and moment's rows and columns of those blocks, read from
+            the distinct entries as they are stored (the whole Gram matrix is
+            never formed).
         """
-        psi = n_pairs(self.d) * self.d
-        cols = np.concatenate([np.arange(b * psi, (b + 1) * psi) for b in which])
-        gram = self.gram[np.ix_(cols, cols)]
-        out = self.restandardized(self.standardizer)  # a copy
+        which = [int(b) for b in which]
+        moments = _block_moments(which, n_pairs(self.d))
+        if self.block_groups is None:
+            rows = _pair_rows(self.standardizer.n_moments, moments)
+        else:
+            segment = [seg for group, seg in zip(self.block_groups, self._segments())
+                       if set(which) <= set(group)]
+            if not segment:
+                raise ValueError(
+                    f"blocks {which} are not within one of the groups {self.block_groups} "
+                    "whose Gram blocks these statistics gathered.")
+            stored, start, _ = segment[0]
+            # The moments' places among the group's, whose pairs are stored from start on.
+            rows = start + _pair_rows(stored.size, np.searchsorted(stored, moments))
+        out = type(self).__new__(type(self))
+        out.__dict__.update({k: (v.copy() if isinstance(v, np.ndarray) else v)
+                             for k, v in self.__dict__.items()
+                             if k not in ("_compact", "moment")})
+        out.block_groups = None
         out.standardizer = self.standardizer.with_decays(decays)
-        out._set_gram(gram)
-        if self.moment is not None:
-            out.moment = self.moment[cols].copy()
+        # One stored group, or statistics' own blocks in order: a copy of consecutive rows.
+        contiguous = rows.size and np.all(np.diff(rows) == 1)
+        out._compact = (self._compact[rows[0]:rows[-1] + 1].copy() if contiguous
+                        else self._compact[rows])
+        out.moment = None if self.moment is None else self.moment[
+            (moments[:, None] * self.d + np.arange(self.d)).ravel()]
         return out
 
     def merge(self, other):
@@ -631,7 +742,9 @@ class SufficientStatistics(RowCounts):
         Parameters
         ----------
         other : SufficientStatistics
-            Same ``d``, ``d_out``, readout and standardized coordinates.
+            Same ``d``, ``d_out``, readout and standardized coordinates, and
+            the same groups of blocks (:meth:`gather_block_groups`), or whole
+            statistics, whose groups' blocks are added.
 
         Returns
         -------
@@ -651,8 +764,18 @@ class SufficientStatistics(RowCounts):
         >>> bool(np.allclose(merged.gram, whole.gram)), merged.n_samples
         (True, 8)
         """
+        groups = getattr(other, "block_groups", None)  # (other is checked below)
+        if groups not in (None, self.block_groups):
+            raise ValueError(
+                f"cannot merge statistics that gather the Gram blocks of groups {groups} into "
+                f"statistics that gather those of {self.block_groups}.")
         super().merge(other)
-        self._compact += other._compact
+        if self.block_groups is None or groups is not None:
+            self._compact += other._compact
+        else:  # whole statistics: their groups' blocks
+            P = self.standardizer.n_moments
+            for moments, start, stop in self._segments():
+                self._compact[start:stop] += other._compact[_pair_rows(P, moments)]
         if self.moment is not None:
             self.moment += other.moment
         return self
