@@ -50,6 +50,7 @@ from sklearn.utils.metaestimators import available_if
 from ._attention import decay_blocks
 from ._dask import is_dask_collection
 from ._estimators import LinearAttentionRegressor
+from ._cv_parts import Projected, Whole, projected_from_rows, summed
 from ._features import n_attention_features
 from ._memory import n_pairs, resolve_budget
 from ._params import FitParams, check_decays
@@ -185,64 +186,6 @@ def split_groups(splits, n_samples):
     return labels, parts
 
 
-class _Projected:
-    """A group's statistics on a basis of the row space of all the data, and their sums.
-
-    What a split reads of its parts: the Gram matrix and moment on the basis
-    (``B^T G B``, ``B^T b``: every part's rows lie in that row space, so
-    nothing is lost), the targets' moments, the counts, and the full Gram
-    matrix's size and trace (the penalty's and the zero rule's).
-    """
-
-    _SUMMED = ("gram", "moment", "y_cross", "y_sum", "weight_sum", "n_rows", "trace")
-
-    def __init__(self, stats=None, basis=None):
-        if stats is None:
-            return
-        G = stats.gram
-        self.gram = basis.T @ (G @ basis)
-        self.gram = (self.gram + self.gram.T) / 2
-        self.moment = basis.T @ stats.moment
-        self.trace = float(np.trace(G))
-        for name in ("y_cross", "y_sum", "weight_sum", "n_rows", "n_features", "dtype"):
-            setattr(self, name, getattr(stats, name))
-
-    def __add__(self, other):
-        out = _Projected()
-        for name in self._SUMMED:
-            setattr(out, name, getattr(self, name) + getattr(other, name))
-        out.n_features = self.n_features
-        out.dtype = np.result_type(self.dtype, other.dtype)
-        return out
-
-
-class _Whole:
-    """A group's statistics as they are (no basis), read as :class:`_Projected` is."""
-
-    def __init__(self, stats):
-        self.stats = stats
-
-    def __getattr__(self, name):
-        return getattr(self.stats, name)
-
-    @property
-    def trace(self):
-        return float(np.trace(self.stats.gram))
-
-    def __add__(self, other):
-        total = self.stats.restandardized(self.stats.standardizer)  # a copy
-        total.merge(other.stats)
-        return _Whole(total)
-
-
-def _summed(parts, which):
-    """The statistics of some groups together."""
-    total = parts[which[0]]
-    for i in which[1:]:
-        total = total + parts[i]
-    return total
-
-
 def _split_solves(train, alphas, solver_name):
     """The penalized solves (n_alphas, n_targets, m) of one training part, every target column."""
     solver = REGISTRY[solver_name].penalty_path(
@@ -306,7 +249,7 @@ def _split_scores(sse, test, scoring, standardizer):
 
 
 def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh",
-                           terms=None):
+                           terms=None, row_groups=None):
     """Score every alpha on every split of a problem accumulated with groups.
 
     Parameters
@@ -331,6 +274,9 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
         problem's own only).  Each split's solves serve every candidate: the
         candidates differ only in which term columns are eliminated (and in
         the linear term's penalty).
+    row_groups : ndarray of int or None, default=None
+        The group of each of the problem's kept rows: the groups are then
+        projected from the rows (:func:`projected_from_rows`).
 
     Returns
     -------
@@ -353,12 +299,16 @@ def cross_validated_scores(problem, parts, alphas, *, scoring=None, solver="eigh
     if whole.eigenvectors is not None and whole.rank < whole.n_features:
         # Each group projected once; the splits' sums and solves are then of the rank's size.
         basis = whole.eigenvectors[:, : whole.rank]
-        stats = [_Projected(part, basis) for part in stats]
+        if (row_groups is not None and problem.kept is not None
+                and problem.kept.n_rows == row_groups.size):
+            stats = projected_from_rows(stats, basis, problem.kept, row_groups)
+        else:
+            stats = [Projected(part, basis) for part in stats]
     else:
-        stats = [_Whole(part) for part in stats]
+        stats = [Whole(part) for part in stats]
     scores = {}
     for k, (train_groups, test_groups) in enumerate(parts):
-        train, test = _summed(stats, train_groups), _summed(stats, test_groups)
+        train, test = summed(stats, train_groups), summed(stats, test_groups)
         if train.n_rows == 0 or test.n_rows == 0:
             side = "train" if train.n_rows == 0 else "test"
             raise ValueError(
@@ -790,9 +740,14 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         else:
             problems = [_candidate_problem(problem, union, c) for c in candidates]
         searched = [(c, t) for c in candidates for t in term_options]
+        # The group of each kept row (one per sequence of positive weight, in order).
+        row_groups = None
+        if params.readout == "last":
+            w = source.sample_weight
+            row_groups = labels if w is None else labels[np.asarray(w) > 0]
         scores = np.concatenate([
             cross_validated_scores(p, parts, alphas, scoring=self.scoring, solver=s,
-                                   terms=term_options)
+                                   terms=term_options, row_groups=row_groups)
             for p, s in zip(problems, solvers)])
         d_out = problem.d_out - terms.n_window
         tie = score_tie(problem.stats, d_out, problem.standardizer.y_exponents[:d_out],

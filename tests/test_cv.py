@@ -229,9 +229,32 @@ def test_rank_deficient_design_scores_on_the_row_space_equal_full_size_solves(mo
     reduced = LinearAttentionRegressorCV(alphas, cv=4, fit_intercept=True).fit(X, y)
     assert reduced.feature_rank_ < 126
     # The groups as they are, not projected on the row space: full-size solves.
-    monkeypatch.setattr(cv_module, "_Projected", lambda part, basis: cv_module._Whole(part))
+    monkeypatch.setattr(cv_module, "Projected", lambda part, basis: cv_module.Whole(part))
+    monkeypatch.setattr(cv_module, "projected_from_rows",
+                        lambda stats, basis, rows, groups: [cv_module.Whole(p) for p in stats])
     full = LinearAttentionRegressorCV(alphas, cv=4, fit_intercept=True).fit(X, y)
     np.testing.assert_allclose(split_scores(reduced), split_scores(full), rtol=1e-8)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(fit_linear="auto", fit_intercept=True),
+                                dict(decays=[None, 0.9])])
+def test_groups_projected_from_the_kept_rows_equal_their_gram_projection(monkeypatch, kw):
+    import sklearn_linattn._cv as cv_module
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 6, 9))  # psi = 405 > 120 rows: the row space
+    y = X[:, -1, 0] * X[:, :, 1].sum(axis=1) + 0.1 * rng.normal(size=120)
+    w = rng.uniform(0.0, 2.0, size=120)
+    w[:5] = 0.0  # rows of zero weight are not kept
+    used = []
+    rows = cv_module.projected_from_rows
+    monkeypatch.setattr(cv_module, "projected_from_rows", lambda *a: used.append(1) or rows(*a))
+    from_rows = LinearAttentionRegressorCV(**kw).fit(X, y, sample_weight=w)
+    assert used
+    monkeypatch.setattr(cv_module, "projected_from_rows",
+                        lambda stats, basis, r, g: [cv_module.Projected(p, basis) for p in stats])
+    from_gram = LinearAttentionRegressorCV(**kw).fit(X, y, sample_weight=w)
+    np.testing.assert_allclose(split_scores(from_rows), split_scores(from_gram), rtol=1e-8)
 
 
 def test_positive_definite_splits_by_cholesky_equal_the_references(monkeypatch):
