@@ -756,9 +756,10 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         self._decays_in_use = self.decay_
         decay_problem = problems[chosen // len(term_options)]
         solver = solvers[chosen // len(term_options)]
-        refit = decay_problem.with_terms(searched[chosen][1])
-        for p in problems + [problem, refit]:
+        # The folds are scored: the refit needs the sum only (no copy of every group's).
+        for p in problems + [problem]:
             p.group_stats = None
+        refit = decay_problem.with_terms(searched[chosen][1])
         params.log(f"{alphas.size} alphas, {len(candidates)} decays and {len(term_options)} "
                    f"sets of terms scored on {len(parts)} splits, alpha_ = {self.alpha_:g}, "
                    f"decay_ = {self.decay_}, fit_intercept_ = {self.fit_intercept_}, "
