@@ -76,6 +76,9 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         forecast is the model that predicts 0.
     patch_sizes : "auto" or sequence of int, default="auto"
         Patch sizes to try; ``"auto"``: the two of smallest token dimension.
+    positions : sequence of bool, default=(True,)
+        With one-hot positions of the patches counted from the end (True),
+        without (False), or both tried (``(True, False)``).
     decays : list, default=(None,)
         Candidate decays (as in :class:`LinearAttentionRegressorCV`), e.g.
         ``[None, 0.9]``; they share each configuration's pass.
@@ -105,14 +108,15 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     Attributes
     ----------
     best_params_ : dict
-        The chosen ``level``, ``patch_size``, ``alpha``, ``decay``,
-        ``fit_linear`` and ``alpha_linear``.
+        The chosen ``level``, ``patch_size``, ``positions``, ``alpha``,
+        ``decay``, ``fit_linear`` and ``alpha_linear``.
     best_score_ : float
         Its cross-validated score (minus the mean squared error in y's units).
     best_estimator_ : Pipeline
         The refitted pipeline on normalized windows.
     cv_results_ : dict of ndarray
-        ``param_level``, ``param_patch_size``, ``params``, ``mean_test_score``
+        ``param_level``, ``param_patch_size``, ``param_positions``, ``params``,
+        ``mean_test_score``
         (each configuration's best) and ``rank_test_score``.
     n_features_in_, n_outputs_ : int
         Channels and outputs.
@@ -131,17 +135,18 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     >>> y = series[12:]
     >>> model = make_sequence_regressor(patch_sizes=[3]).fit(X[:300], y[:300])
     >>> sorted(model.best_params_)
-    ['alpha', 'alpha_linear', 'decay', 'fit_linear', 'level', 'patch_size']
+    ['alpha', 'alpha_linear', 'decay', 'fit_linear', 'level', 'patch_size', 'positions']
     >>> bool(np.sqrt(np.mean((model.predict(X[300:]) - y[300:]) ** 2)) < 0.05)
     True
     """
 
-    def __init__(self, *, levels=LEVELS, patch_sizes="auto", decays=(None,),
+    def __init__(self, *, levels=LEVELS, patch_sizes="auto", positions=(True,), decays=(None,),
                  alphas=DEFAULT_ALPHAS, alphas_linear=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0),
                  cv=5, fold_score="trimmed", level_targets=True, target_channels=None,
                  data_format="channels_last", random_state=None):
         self.levels = levels
         self.patch_sizes = patch_sizes
+        self.positions = positions
         self.decays = decays
         self.alphas = alphas
         self.alphas_linear = alphas_linear
@@ -207,13 +212,19 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
                 raise ValueError(
                     f"patch_sizes must be 'auto' or integers in [1, {n_tokens}] (the "
                     f"windows' length); got {self.patch_sizes!r}.")
-        return [(level, int(p)) for level in levels for p in sizes]
+        positions = list(np.atleast_1d(self.positions))
+        if not positions or not all(isinstance(p, (bool, np.bool_)) for p in positions):
+            raise TypeError(
+                f"positions must be a sequence of True (one-hot positions from the end) and "
+                f"False (none); got {self.positions!r}.")
+        return [(level, int(p), bool(q)) for level in levels for p in sizes
+                for q in dict.fromkeys(positions)]
 
-    def _pipeline(self, patch_size):
+    def _pipeline(self, patch_size, positions):
         check_option(self.fold_score, "fold_score", FOLD_SCORES)
+        encode = [PositionalEncoding(origin="end", handle_unknown="ignore")] if positions else []
         return make_pipeline(
-            Patches(patch_size),
-            PositionalEncoding(origin="end", handle_unknown="ignore"),
+            Patches(patch_size), *encode,
             LinearAttentionRegressorCV(
                 alphas=self.alphas, cv=self.cv, fit_intercept=True, fit_linear="auto",
                 alphas_linear=self.alphas_linear, decays=list(self.decays),
@@ -247,34 +258,37 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         check_flag(self.level_targets, "level_targets")
         self._target_channels = (self._channels(Y.shape[1], X.shape[2]) if self.level_targets
                                  else None)
-        rows, fitted = [], []
+        rows, best_model = [], None
         tests = [test for _, test in check_cv(self.cv).split(X[:, :, 0])]
-        for level, patch_size in self._configurations(X.shape[1], X.shape[2]):
+        for level, patch_size, positions in self._configurations(X.shape[1], X.shape[2]):
             loc, scale = levels_of(X, level)
             Xn = normalize_windows(X, loc, scale)
             Yn = (Y if self._target_channels is None else
                   normalize_targets(Y, loc, scale, self._target_channels))
-            model = clone(self._pipeline(patch_size))
+            model = clone(self._pipeline(patch_size, positions))
             # Squared errors in y's units: the fit's and the folds' weights.
             weights = (np.ones(X.shape[0]) if self._target_channels is None else
                        error_weights(scale, self._target_channels))
             model.fit(Xn, Yn, linearattentionregressorcv__sample_weight=weights)
-            rows.append((level, patch_size, self._score(model[-1], weights, tests)))
-            fitted.append(model)
-        scores = np.array([score for _, _, score in rows])
+            rows.append((level, patch_size, positions, self._score(model[-1], weights, tests)))
+            if best_model is None or rows[-1][3] > max(r[3] for r in rows[:-1]):
+                best_model = model  # the first of equal best scores is kept
+        scores = np.array([r[3] for r in rows])
         best = int(np.argmax(scores))
         self.cv_results_ = {
             "param_level": np.array([r[0] for r in rows], dtype=object),
             "param_patch_size": np.array([r[1] for r in rows]),
-            "params": [{"level": r[0], "patch_size": r[1]} for r in rows],
+            "param_positions": np.array([r[2] for r in rows]),
+            "params": [{"level": r[0], "patch_size": r[1], "positions": r[2]} for r in rows],
             "mean_test_score": scores,
             "rank_test_score": (np.argsort(np.argsort(-scores, kind="stable")) + 1),
         }
-        self.best_estimator_ = fitted[best]
+        self.best_estimator_ = best_model
         search = self.best_estimator_[-1]
         self.best_score_ = float(scores[best])
         self.best_params_ = {
-            "level": rows[best][0], "patch_size": rows[best][1], "alpha": search.alpha_,
+            "level": rows[best][0], "patch_size": rows[best][1], "positions": rows[best][2],
+            "alpha": search.alpha_,
             "decay": search.decay_, "fit_linear": search.fit_linear_,
             "alpha_linear": search.alpha_linear_}
         return self

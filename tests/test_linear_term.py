@@ -166,9 +166,15 @@ def _series_windows(n=360, T=12, seed=0, trend=0.05):
 def test_sequence_regressor_chooses_on_training_windows_and_beats_naive():
     X, y = _series_windows()
     model = make_sequence_regressor(patch_sizes=[3], decays=[None]).fit(X[:280], y[:280])
-    assert set(model.best_params_) == {"level", "patch_size", "alpha", "decay", "fit_linear",
-                                       "alpha_linear"}
+    assert set(model.best_params_) == {"level", "patch_size", "positions", "alpha", "decay",
+                                       "fit_linear", "alpha_linear"}
     assert len(model.cv_results_["params"]) == 3
+    both = make_sequence_regressor(patch_sizes=[3], decays=[None], levels=("last",),
+                                   positions=(True, False)).fit(X[:280], y[:280])
+    assert both.cv_results_["param_positions"].tolist() == [True, False]
+    assert both.best_params_["positions"] == bool(
+        both.cv_results_["param_positions"][np.argmax(both.cv_results_["mean_test_score"])])
+    assert len(both.best_estimator_.steps) == 3 if both.best_params_["positions"] else 2
     rmse = np.sqrt(np.mean((model.predict(X[280:]) - y[280:]) ** 2))
     naive = np.sqrt(np.mean((X[280:, -1, 0] - y[280:]) ** 2))
     assert rmse < 0.5 * naive
@@ -198,10 +204,11 @@ def test_sequence_regressor_is_unit_free_and_a_scikit_learn_estimator():
     (dict(patch_sizes=[0]), "patch_sizes"),
     (dict(target_channels=[3]), "target_channels"),
     (dict(fold_score="max"), "fold_score"),
+    (dict(positions=["yes"]), "positions"),
 ])
 def test_sequence_regressor_refuses_bad_parameters(kw, match):
     X, y = _series_windows(n=60)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         make_sequence_regressor(**kw).fit(X, y)
 
 
