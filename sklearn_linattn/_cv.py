@@ -466,13 +466,9 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         every alpha with and without the term on the same splits and keeps it
         (``fit_intercept_``, ``fit_skip_``) only when it scores better by more
         than the tie of ``alpha_``.
-    fit_linear : bool or "auto", default=False
-        The linear term over every token of :class:`LinearAttentionRegressor`
-        (``readout="last"``), scored at every penalty of ``alphas_linear``
-        (their columns share the splits' solves; ``fit_linear_``,
-        ``alpha_linear_``).
-    alphas_linear : array-like, default=(1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
-        Candidate penalties of the linear term, unit-free.
+    fit_linear, alphas_linear : bool or "auto", array-like, default=False, (1e-5, ..., 1.0)
+        The linear term of :class:`LinearAttentionRegressor`, scored at every
+        penalty of ``alphas_linear`` (one solve serves them all).
     n_heads : int, "auto" or None, default=None
         Heads of the refitted model; the scores are those of the
         unconstrained least squares.
@@ -496,8 +492,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
         with :func:`~sklearn_linattn.metrics.sequence_scorer`.
     fold_score : {"mean", "trimmed", "median"}, default="mean"
         A candidate's score from its splits': their mean, the mean without the
-        best and the worst fifth of them, or their median (the last two: one
-        split with an outlying sequence cannot decide).
+        best and worst fifth, or their median (robust to one outlying split).
     token_dim : int or None, default=None
         As in :class:`LinearAttentionRegressor`.
     data_format : {"channels_last", "channels_first"}, default="channels_last"
@@ -522,7 +517,7 @@ default=(0.0, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
     fit_intercept_, fit_skip_, fit_linear_ : bool
         The chosen terms.
     alpha_linear_ : float or None
-        The chosen penalty of the linear term (None without it).
+        The chosen penalty of the linear term.
     best_score_ : float
         Its test score (``fold_score`` of its splits').
     best_index_ : int

@@ -89,20 +89,16 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         the row's own token (a transformer block's residual path), both not
         penalized; the fit and the certificate are then about the joint class.
     fit_linear, alpha_linear : bool and float, default=False and 1e-2
-        Add a linear term ``linear_coef_`` in every token of the sequence
-        (``readout="last"``; lag 0 the last token) with its own ridge penalty
-        ``alpha_linear``, on columns scaled to unit variance and relative to
-        the weight sum (``Ridge(alpha=alpha_linear * n_samples)`` after
-        ``StandardScaler``), jointly and exactly: a linear autoregression.
+        A linear term in every token (``readout="last"``), fitted jointly with
+        its own penalty: ``StandardScaler`` then ``Ridge(alpha_linear * n)``.
 
     Attributes
     ----------
     coef_ : ndarray of shape (d_out, psi) or (d_out, n_decays * psi)
         Folded coefficients: ``y = H(X) @ coef_.T`` (plus the terms).
-    intercept_, skip_coef_ : ndarray of shape (d_out,) and (d_out, d)
-        The terms (zeros without ``fit_intercept`` / ``fit_skip``).
-    linear_coef_ : ndarray of shape (d_out, n_tokens, d) or None
-        The linear term by lag (None without ``fit_linear``).
+    intercept_, skip_coef_, linear_coef_ : ndarray
+        The terms, (d_out,), (d_out, d) and by lag (d_out, n_tokens, d), lag 0
+        last (zeros, zeros and None without them).
     value_matrices_, key_query_matrices_ : ndarray of shape (H, d_out, d) and (H, d, d)
         The heads V_h and Q_h (H = ``n_heads_``).
     head_decays_ : ndarray of shape (H,) or None
@@ -110,24 +106,20 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
     n_heads_ : int
         Number of heads returned.
     head_dim_, head_dim_gap_ : int or None, float or None
-        The head dimension, and the training risk of the heads less the
-        unconstrained optimum's (summed over outputs, in y's units): the best
-        layer of this architecture is within it.  None without ``head_dim``.
+        The head dimension; the heads' training risk less the unconstrained
+        optimum's (in y's units), which bounds the best such layer's.  Or None.
     local_certificate_, compression_residual_ : LocalCertificate or None, float or None
         For heads fitted to the data directly, whether the data identify them
         locally; the relative coefficient residual of a compression.
-    standardization_ : TokenStandardizer
-        The standardized coordinates of the fit.
-    n_features_in_, n_outputs_ : int
-        d and d_out.
+    standardization_, n_features_in_, n_outputs_ : TokenStandardizer, int, int
+        The standardized coordinates of the fit; d and d_out.
     feature_rank_ : int
         Rank of the feature Gram matrix (an upper bound with ``"cg"``).
     certificate_ : IdentifiabilityCertificate
         Truthy iff every empirical risk minimizer computes the same function
         on every input (``certify_identifiability`` of the same data).
     solver_, n_iter_ : str, int
-        The solver of the fit (``"auto"`` resolved), and its iterations (1 but
-        for ``"cg"``).
+        The solver (``"auto"`` resolved), its iterations (1 but for ``"cg"``).
 
     See Also
     --------
