@@ -118,8 +118,8 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         ``param_level``, ``param_patch_size``, ``param_positions``, ``params``,
         ``mean_test_score``
         (each configuration's best) and ``rank_test_score``.
-    n_features_in_, n_outputs_ : int
-        Channels and outputs.
+    n_features_in_, n_tokens_in_, n_outputs_ : int
+        Channels, the windows' length (``predict`` needs the same) and outputs.
 
     See Also
     --------
@@ -173,9 +173,11 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         if reset:
             self.n_features_in_ = X.shape[2]
             self.n_tokens_in_ = X.shape[1]
-        elif X.shape[2] != self.n_features_in_:
+        elif X.shape[2] != self.n_features_in_ or X.shape[1] != self.n_tokens_in_:
+            # The linear term and the positions are per lag of the training windows.
             raise ValueError(
-                f"X has {X.shape[2]} channels; {type(self).__name__} was fitted with "
+                f"X holds windows of {X.shape[1]} time points of {X.shape[2]} channels; "
+                f"{type(self).__name__} was fitted on windows of {self.n_tokens_in_} of "
                 f"{self.n_features_in_} ({self.data_format}).")
         return X
 

@@ -192,6 +192,8 @@ def test_sequence_regressor_is_unit_free_and_a_scikit_learn_estimator():
     c = pickle.loads(pickle.dumps(a))
     np.testing.assert_array_equal(c.predict(X), a.predict(X))
     assert clone(a).get_params() == a.get_params()
+    with pytest.raises(ValueError, match="windows of 11 time points"):
+        a.predict(X[:, 1:])
     first = SequenceRegressor(data_format="channels_first", **kw).fit(X.transpose(0, 2, 1), y)
     np.testing.assert_allclose(first.predict(X.transpose(0, 2, 1)), a.predict(X))
     grid = GridSearchCV(make_sequence_regressor(**kw), {"fold_score": ["mean", "median"]},
