@@ -14,6 +14,7 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.metrics import r2_score
 from sklearn.model_selection import check_cv
 from sklearn.pipeline import make_pipeline
 from sklearn.utils import check_array
@@ -69,14 +70,14 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
 
     Parameters
     ----------
-    levels : sequence of {"none", "last", "revin"}, default=("none", "last", "revin")
+    levels : tuple of {"none", "last", "revin"}, default=("none", "last", "revin")
         Level normalizations to try: none, each window less its last value
         (NLinear), or in its own mean and standard deviation (RevIN); the
         inverse is applied to predictions.  With ``"last"`` the naive
         forecast is the model that predicts 0.
-    patch_sizes : "auto" or sequence of int, default="auto"
+    patch_sizes : "auto" or list of int, default="auto"
         Patch sizes to try; ``"auto"``: the two of smallest token dimension.
-    positions : sequence of bool, default=(True,)
+    positions : tuple of bool, default=(True,)
         With one-hot positions of the patches counted from the end (True),
         without (False), or both tried (``(True, False)``).
     decays : list, default=(None,)
@@ -95,7 +96,7 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         level normalization then applies to y too, and its inverse to the
         predictions.  False: y is in other units (a rate, a score) and only
         the windows are normalized.
-    target_channels : None, int or sequence of int, default=None
+    target_channels : None, int or list of int, default=None
         The channel of each output, for the level normalization; None: channel
         0 for one output or one channel, else output i is channel i (as many
         outputs as channels).
@@ -240,10 +241,22 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         X : array-like of shape (n_samples, n_tokens, n_channels) or (n_samples, n_tokens)
             Complete windows (in ``data_format``); 2-D: one channel.
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            One target per window (the next value, say).
 
         Returns
         -------
         self : SequenceRegressor
+            The estimator, its best configuration refitted.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import SequenceRegressor
+        >>> series = np.sin(np.arange(200.0) / 4)
+        >>> X = np.lib.stride_tricks.sliding_window_view(series[:-1], 8)
+        >>> model = SequenceRegressor(levels=("last",), patch_sizes=[2]).fit(X, series[8:])
+        >>> model.best_params_["level"], model.cv_results_["params"][0]["patch_size"]
+        ('last', 2)
         """
         if y is None:
             raise ValueError(
@@ -309,10 +322,22 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_tokens, n_channels)
+            Windows as in :meth:`fit`, of the same length.
 
         Returns
         -------
         y_pred : ndarray of shape (n_samples,) or (n_samples, n_outputs)
+            The predictions, in y's units.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import SequenceRegressor
+        >>> series = np.sin(np.arange(200.0) / 4)
+        >>> X = np.lib.stride_tricks.sliding_window_view(series[:-1], 8)
+        >>> model = SequenceRegressor(levels=("none",), patch_sizes=[2]).fit(X, series[8:])
+        >>> bool(np.abs(model.predict(X[-5:]) - series[-5:]).max() < 1e-3)
+        True
         """
         check_is_fitted(self, "best_estimator_")
         X = self._windows(X, reset=False)
@@ -322,6 +347,35 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         out = (pred if self._target_channels is None else
                restore_targets(pred, loc, scale, self._target_channels))
         return out[:, 0] if self._single else out
+
+    def score(self, X, y, sample_weight=None):
+        """Coefficient of determination R^2 of the predictions.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_tokens, n_channels)
+            Windows as in :meth:`fit`.
+        y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            True targets.
+        sample_weight : array-like of shape (n_samples,) or None, default=None
+            Weight of each window.
+
+        Returns
+        -------
+        score : float
+            R^2 averaged uniformly over outputs (scikit-learn's ``r2_score``).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sklearn_linattn import SequenceRegressor
+        >>> series = np.sin(np.arange(200.0) / 4)
+        >>> X = np.lib.stride_tricks.sliding_window_view(series[:-1], 8)
+        >>> model = SequenceRegressor(levels=("none",), patch_sizes=[2]).fit(X, series[8:])
+        >>> bool(model.score(X, series[8:]) > 0.999)
+        True
+        """
+        return r2_score(y, self.predict(X), sample_weight=sample_weight)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -341,6 +395,7 @@ def make_sequence_regressor(**params):
     Returns
     -------
     SequenceRegressor
+        Unfitted, with these parameters.
 
     Examples
     --------
