@@ -88,6 +88,18 @@ def _check_output_memory(what, shape, dtype, work, work_text, advice):
         )
 
 
+def _carry_layout_mark(out, given):
+    """``out``, marked as written by the package when ``given`` was.
+
+    A transformer that keeps its input's token layout (positions or a constant
+    appended) carries the mark of a layout the package chose (Patches) on;
+    the output of a user's array is judged as that array.
+    """
+    if layout_written(given):
+        mark_layout_written(out)
+    return out
+
+
 class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None):
     """Append a positional encoding to every token of every sequence.
 
@@ -309,12 +321,7 @@ class PositionalEncoding(TransformerMixin, BaseEstimator, auto_wrap_output_keys=
             out[..., d::2] = np.sin(angle)
             out[..., d + 1::2] = np.cos(angle)
         out[~real] = np.nan
-        out = to_data_format(out, self.data_format)
-        # The layout is X's: the mark of a layout the package chose (Patches)
-        # goes on with it, and the output of a user's array is judged as it.
-        if layout_written(given):
-            mark_layout_written(out)
-        return out
+        return _carry_layout_mark(to_data_format(out, self.data_format), given)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: the token's, then ``pos0, pos1, ...``.
@@ -722,11 +729,7 @@ class AppendConstant(TransformerMixin, BaseEstimator, auto_wrap_output_keys=None
         out = np.empty((n_samples, n_tokens, d + 1), dtype=X.dtype)
         out[..., :d] = X
         out[..., d] = np.where(real_tokens(lengths, n_tokens), value, np.nan)
-        out = to_data_format(out, self.data_format)
-        # The layout is X's, as for PositionalEncoding: a mark of Patches goes on.
-        if layout_written(given):
-            mark_layout_written(out)
-        return out
+        return _carry_layout_mark(to_data_format(out, self.data_format), given)
 
     def get_feature_names_out(self, input_features=None):
         """Names of the output channels: the token's, then ``"const"``.
