@@ -223,13 +223,13 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         return [(level, int(p), bool(q)) for level in levels for p in sizes
                 for q in dict.fromkeys(positions)]
 
-    def _pipeline(self, patch_size, positions):
+    def _pipeline(self, patch_size, positions, splits):
         check_option(self.fold_score, "fold_score", FOLD_SCORES)
         encode = [PositionalEncoding(origin="end", handle_unknown="ignore")] if positions else []
         return make_pipeline(
             Patches(patch_size), *encode,
             LinearAttentionRegressorCV(
-                alphas=self.alphas, cv=self.cv, fit_intercept=True, fit_linear="auto",
+                alphas=self.alphas, cv=splits, fit_intercept=True, fit_linear="auto",
                 alphas_linear=self.alphas_linear, decays=list(self.decays),
                 fold_score=self.fold_score, random_state=self.random_state))
 
@@ -274,13 +274,16 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
         self._target_channels = (self._channels(Y.shape[1], X.shape[2]) if self.level_targets
                                  else None)
         rows, best_model = [], None
-        tests = [test for _, test in check_cv(self.cv).split(X[:, :, 0])]
+        # The splits drawn once: every configuration, and the rescaling of its
+        # scores, reads the same ones (a shuffled or one-shot cv included).
+        splits = list(check_cv(self.cv).split(X[:, :, 0]))
+        tests = [test for _, test in splits]
         for level, patch_size, positions in self._configurations(X.shape[1], X.shape[2]):
             loc, scale = levels_of(X, level)
             Xn = normalize_windows(X, loc, scale)
             Yn = (Y if self._target_channels is None else
                   normalize_targets(Y, loc, scale, self._target_channels))
-            model = clone(self._pipeline(patch_size, positions))
+            model = self._pipeline(patch_size, positions, splits)
             # Squared errors in y's units: the fit's and the folds' weights.
             weights = (np.ones(X.shape[0]) if self._target_channels is None else
                        error_weights(scale, self._target_channels))

@@ -227,3 +227,21 @@ def test_level_targets_false_normalizes_the_windows_only():
     np.testing.assert_allclose(model.predict(X), by_hand.predict(Xn), rtol=1e-10, atol=1e-12)
     with pytest.raises(TypeError, match="level_targets"):
         make_sequence_regressor(level_targets="yes", **kw).fit(X, y)
+
+
+def test_sequence_regressor_reads_one_draw_of_a_random_or_one_shot_cv():
+    # Regression: each configuration drew its own splits from cv (a shuffled KFold without
+    # a seed gave every configuration, and the rescaling of its scores, other folds; a
+    # generator was used up by the first).
+    from sklearn.model_selection import KFold
+
+    X, y = _series_windows(n=120)
+    kw = dict(patch_sizes=[3], decays=[None], levels=("none", "revin"))
+    splits = list(KFold(4, shuffle=True, random_state=0).split(X))
+    fixed = make_sequence_regressor(cv=splits, **kw).fit(X, y)
+    once = make_sequence_regressor(cv=(s for s in splits), **kw).fit(X, y)
+    np.testing.assert_allclose(once.cv_results_["mean_test_score"],
+                               fixed.cv_results_["mean_test_score"], rtol=1e-12)
+    shuffled = make_sequence_regressor(cv=KFold(4, shuffle=True), **kw).fit(X, y)
+    search = shuffled.best_estimator_[-1]
+    assert isinstance(search.cv, list) and len(search.cv) == 4
