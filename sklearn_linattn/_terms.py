@@ -266,16 +266,13 @@ def eliminate(coef, y_cross, cross, d_out, *, tol=None):
     EE, EY = y_cross[d_out:, d_out:], y_cross[d_out:, :d_out]
     A = EE - cross[d_out:, d_out:]
     b = EY - cross[d_out:, :d_out]
-    T, mu, V, _ = _normalized_spectrum((A + A.T) / 2, EE)
-    rule = EE.shape[0] * 16 * _EPS if tol is None else tol
-    inv = np.where(mu > rule, 1.0 / np.where(mu > rule, mu, 1.0), 0.0)
-    TV = T @ V
-    beta = TV @ (inv[:, None] * (TV.T @ b))
+    beta = _pseudo_inverse(A, EE, tol) @ b
     return beta, coef[:d_out] - beta.T @ coef[d_out:]
 
 
 def _pseudo_inverse(A, EE, tol=None):
-    """``A^+`` in the metric of EE (the rule of :func:`eliminate` for zero eigenvalues)."""
+    """``A^+`` in the metric of EE; eigenvalues of the normalized A at or below ``tol`` (None:
+    ``n_terms * 16 eps``) count as zero."""
     T, mu, V, _ = _normalized_spectrum((A + A.T) / 2, EE)
     rule = EE.shape[0] * 16 * _EPS if tol is None else tol
     inv = np.where(mu > rule, 1.0 / np.where(mu > rule, mu, 1.0), 0.0)
