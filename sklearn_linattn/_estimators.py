@@ -89,8 +89,8 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         the row's own token (a transformer block's residual path), both not
         penalized; the fit and the certificate are then about the joint class.
     fit_linear, alpha_linear : bool and float, default=False and 1e-2
-        A linear term in every token (``readout="last"``), fitted jointly with
-        its own penalty: ``StandardScaler`` then ``Ridge(alpha_linear * n)``.
+        A linear term in the last ``n_tokens`` (fit's) tokens, ``readout="last"``,
+        with its own penalty: ``StandardScaler`` then ``Ridge(alpha_linear * n)``.
 
     Attributes
     ----------

@@ -99,7 +99,9 @@ class SequenceRegressor(RegressorMixin, BaseEstimator):
     target_channels : None, int or list of int, default=None
         The channel of each output, for the level normalization; None: channel
         0 for one output or one channel, else output i is channel i (as many
-        outputs as channels).
+        outputs as channels).  Scores are in y's units exactly for one output;
+        for outputs of channels whose window scales differ, each window is
+        weighted by the mean of their squared scales (an approximation).
     data_format : {"channels_last", "channels_first"}, default="channels_last"
         Layout of X: (n_samples, n_tokens, n_channels) or, as aeon and sktime
         store series, (n_samples, n_channels, n_tokens).
