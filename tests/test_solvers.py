@@ -543,6 +543,27 @@ def test_kronecker_preconditioner_multiply_inverts_apply():
     assert precond.max_eigenvalue == pytest.approx(w[-1], rel=1e-8)
 
 
+def test_kronecker_preconditioner_leaves_null_eigenvalues_of_b_computed_above_zero():
+    # Regression: a null eigenvalue of B computed a few epsilons above B's own
+    # d x d threshold (as LAPACK does on some CPUs for tokens in a subspace)
+    # was inverted, 1e12 times the others, and CG diverged on rank-deficient data.
+    from sklearn_linattn._solvers.cg import _KroneckerPreconditioner
+
+    rng = np.random.default_rng(31)
+    P, d = 6, 4
+    Ua = np.linalg.qr(rng.normal(size=(P, P)))[0]
+    Ub = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    wa = np.array([1e4, 3e3, 2e3, 1.5e3, 1.1e3, 1e3])
+    eps = np.finfo(np.float64).eps
+    wb = np.array([141.0, 115.0, 107.0, 141.0 * d * eps * 1.2])  # above d eps lambda_max
+    A, B = (Ua * wa) @ Ua.T, (Ub * wb) @ Ub.T
+    precond = _KroneckerPreconditioner(A, B, 120.0, 0.0, np.float64)
+    null = np.kron(Ua, Ub[:, 3:]).T  # rows kron(a_i, b_null)
+    assert np.abs(precond.apply(null.T)).max() <= 1e-12
+    inside = np.kron(Ua[:, :1], Ub[:, :1])
+    np.testing.assert_allclose(precond.multiply(precond.apply(inside)), inside, atol=1e-12)
+
+
 @given(
     d=st.integers(4, 6),
     excess=st.floats(0.8, 3.0),

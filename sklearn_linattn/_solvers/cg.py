@@ -32,8 +32,9 @@ class _KroneckerPreconditioner:
     A and B diagonalise both terms, so applying the inverse costs
     O(P^2 d + P d^2) per vector.  ``range(G)`` lies in ``range(A) kron range(B)``: the
     positive-semidefinite version (``definite=False``, alpha = 0) inverts
-    there and is zero elsewhere, so that iterates never leave the span of
-    the data.
+    there (where the eigenvalues of ``A kron B / W`` exceed the zero
+    threshold of a Gram matrix of psi features) and is zero elsewhere, so
+    that iterates never leave the span of the data.
     """
 
     def __init__(self, A, B, weight_sum, alpha, dtype):
@@ -41,17 +42,19 @@ class _KroneckerPreconditioner:
         wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
         wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
         wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
-        keep = (wa > eigenvalue_tolerance(wa.max(), self.P, dtype))[:, None] & (
-            wb > eigenvalue_tolerance(wb.max(), self.d, dtype)
-        )[None, :]
         D = np.outer(wa, wb) / max(weight_sum, np.finfo(np.float64).tiny)
+        # The zero rule of the psi x psi Gram matrix, applied to the eigenvalues
+        # of its Kronecker model: a null eigenvalue of the small B computed as a
+        # few epsilons above B's own d x d threshold would otherwise be inverted
+        # (1e12 times the others) and make CG diverge on rank-deficient data.
+        floor = eigenvalue_tolerance(D.max(), self.P * self.d, dtype)
+        keep = D > floor
         D = D + min(alpha, np.finfo(np.float64).max / 4)
         self.inv = np.zeros_like(D)
         if alpha > 0:
             self.inv = 1.0 / np.maximum(D, np.finfo(np.float64).tiny)
         else:
             self.inv[keep] = 1.0 / D[keep]
-        floor = eigenvalue_tolerance(D.max(), self.P * self.d, dtype)
         self.inv_definite = 1.0 / np.maximum(D, max(floor, np.finfo(np.float64).tiny))
         # Extreme eigenvalues of the definite M (the inverse of inv_definite).
         self.min_eigenvalue = float(1.0 / self.inv_definite.max())
