@@ -10,7 +10,13 @@ collectors).  Test modules that need torch skip themselves with ``pytest.importo
 """
 
 import importlib.util
+import os
 from pathlib import Path
+
+# scikit-learn's array API dispatch (the estimators' array API checks, the tests
+# of tests/test_array_api.py) needs SciPy's array API support on, set before
+# SciPy is first imported.
+os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
 import pytest
 

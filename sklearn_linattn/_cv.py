@@ -47,6 +47,7 @@ from scipy.stats import rankdata, trim_mean
 from sklearn.model_selection import check_cv
 from sklearn.utils.metaestimators import available_if
 
+from ._namespace import fits_in_namespace
 from ._attention import decay_blocks
 from ._dask import is_dask_collection
 from ._estimators import LinearAttentionRegressor
@@ -644,6 +645,7 @@ n_features_in_, n_outputs_, local_certificate_, compression_residual_, head_dim_
         # The union of the candidates' blocks during the pass, the chosen ones after.
         return getattr(self, "_decays_in_use", None)
 
+    @fits_in_namespace
     def fit(self, X, y, sample_weight=None, *, groups=None):
         """Score every alpha by cross-validation, then refit at the best one.
 

@@ -11,6 +11,7 @@ the one conversion back.  ``fit``, ``partial_fit`` (which continues a
 import numpy as np
 from sklearn.base import BaseEstimator
 
+from ._namespace import as_numpy, fits_in_namespace, returns_in_namespace
 from ._base import AttentionHeadsRegressorMixin
 from ._features import features_matvec, n_attention_features, row_factors
 from ._memory import sample_chunks, real_tokens, sample_values
@@ -201,6 +202,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         """The unit-free penalty of the fit (a search sets it from its candidates)."""
         return float(self.alpha)
 
+    @fits_in_namespace
     def fit(self, X, y, sample_weight=None):
         """Fit the global least-squares optimum and convert it into heads.
 
@@ -313,6 +315,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         self._single_output = bool(single_output)
         return self
 
+    @fits_in_namespace
     def partial_fit(self, X, y, sample_weight=None):
         """Add a batch of sequences to the fit (incremental sufficient statistics).
 
@@ -403,6 +406,13 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                         skip=params.skip, decays=params.decays)
         return state
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # Inputs of other array libraries keep their namespace and device under
+        # array API dispatch (the user guide's array API page).
+        tags.array_api_support = True
+        return tags
+
     @staticmethod
     def _check_statistics_fit(d, n_blocks=1):
         """Refuse psi x psi statistics larger than the memory budget, before accumulating."""
@@ -415,6 +425,7 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
                 "memory; use fit with solver='cg'."
             )
 
+    @returns_in_namespace
     def predict_from_coefficients(self, X):
         """Predict with ``coef_`` on the cubic features instead of the heads.
 
@@ -448,9 +459,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         n_samples, n_tokens, d = X.shape
         k = self.coef_.shape[0]
         st = getattr(self, "standardization_", None)
-        coef = getattr(self, "_standardized_coef", None)
+        coef = as_numpy(getattr(self, "_standardized_coef", None))
         if st is None or coef is None:
-            st, coef = TokenStandardizer.identity(d, k, self._decays()), self.coef_
+            st, coef = TokenStandardizer.identity(d, k, self._decays()), as_numpy(self.coef_)
         P = st.n_moments
         real = real_tokens(lengths, n_tokens)
         if self.readout == "last":

@@ -21,7 +21,9 @@ __all__ = [
     "attention_kernel",
     "feature_names",
     "features_matvec",
+    "features_matvec_in",
     "features_rmatvec",
+    "features_rmatvec_in",
     "padded_kernel",
     "n_attention_features",
     "pair_index_matrix",
@@ -180,6 +182,24 @@ def features_rmatvec(S, x, R):
         return (S.T @ (x * R)).reshape(1, P * d)
     Z = (x[:, :, None] * R[:, None, :]).reshape(n_rows, d * k)
     return (S.T @ Z).reshape(P, d, k).transpose(2, 0, 1).reshape(k, P * d)
+
+
+def features_matvec_in(xp, S, x, coef):
+    """:func:`features_matvec` of arrays of the array API namespace ``xp``."""
+    n_rows, P = S.shape
+    d, k = x.shape[1], coef.shape[0]
+    C = xp.reshape(xp.permute_dims(xp.reshape(coef, (k, P, d)), (1, 2, 0)), (P, d * k))
+    U = xp.reshape(xp.matmul(S, C), (n_rows, d, k))
+    return xp.sum(U * x[:, :, None], axis=1)
+
+
+def features_rmatvec_in(xp, S, x, R):
+    """:func:`features_rmatvec` of arrays of the array API namespace ``xp``."""
+    n_rows, P = S.shape
+    d, k = x.shape[1], R.shape[1]
+    Z = xp.reshape(x[:, :, None] * R[:, None, :], (n_rows, d * k))
+    out = xp.reshape(xp.matmul(xp.matrix_transpose(S), Z), (P, d, k))
+    return xp.reshape(xp.permute_dims(out, (2, 0, 1)), (k, P * d))
 
 
 def attention_features(X, lengths, decays=None):

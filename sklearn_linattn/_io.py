@@ -11,6 +11,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._features import n_attention_features
 from ._attention import attention_coefficients
 from ._memory import resolve_budget
+from ._namespace import on_host
 from ._npz import NpzReader, gib
 from ._params import check_decays
 from ._solvers import SOLVERS
@@ -146,6 +147,7 @@ def save_model(model, path):
             f"model must be a fitted LinearAttentionRegressor; got {type(model).__name__}."
         )
     check_is_fitted(model)
+    model = on_host(model)  # a fit in another array namespace: its arrays read once
     if getattr(model, "linear_coef_", None) is not None:
         raise ValueError(
             "save_model writes attention heads with intercept and skip terms only; this model "

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 from sklearn import get_config
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 __all__ = [
     "DENSE_ARRAYS",
@@ -117,7 +117,12 @@ def sample_chunks(n_samples, values_per_sample, budget=None):
     return [slice(start, min(start + step, n_samples)) for start in range(0, n_samples, step)]
 
 
+_CONTROLLER = []  # the process's ThreadpoolController, found once (a scan costs ~4 ms)
+
+
 def single_blas_thread():
     """Context with BLAS on one thread: small products that threads only slow down."""
-    return threadpool_limits(limits=1, user_api="blas")
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=1, user_api="blas")
 

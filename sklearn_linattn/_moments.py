@@ -28,8 +28,14 @@ import functools
 
 import numpy as np
 
-from ._features import features_matvec, features_rmatvec
+from ._features import (
+    features_matvec,
+    features_matvec_in,
+    features_rmatvec,
+    features_rmatvec_in,
+)
 from ._memory import n_pairs, sample_chunks, sample_values
+from ._namespace import active, as_numpy
 from ._units import (
     FeatureRows,
     MomentScales,
@@ -52,6 +58,10 @@ __all__ = ["FeatureRows", "ImplicitGram", "MomentPass", "RowReader", "coordinate
 # Rows in provisional coordinates with entries beyond this would bring the
 # Gram matrix (their sixth powers) near overflow: accumulated again instead.
 _MODERATE = 2.0**120
+# Values of the work arrays of one chunk of cg's products in another namespace (a
+# device's memory, not a cache, bounds them).
+_DEVICE_CHUNK_VALUES = 2**27
+
 class MomentPass:
     """The pass of a fit over its validated chunks: scales, and rows or statistics as they come.
 
@@ -520,6 +530,7 @@ class ImplicitGram:
         self.cache_dtype = None if cache_dtype is None else np.dtype(cache_dtype)
         self._cache = None
         self._setup = None
+        self._device = None  # the cache in another namespace: (namespace, S, x, w)
         self.n_products = 0
         kept = rows.kept
         if kept is not None:
@@ -550,10 +561,13 @@ class ImplicitGram:
         self.n_products += 1
         S_all, x_all, w_all = self._cache
         k = V.shape[1]
-        out = np.zeros((k, self.psi))
         # Each column scaled by a power of two into [0.5, 1) of its largest entry:
         # exact, and a float32 cache cannot overflow on long CG directions.
         V, e = unit_scaled(V, axis=0)
+        ns = active()
+        if not ns.is_numpy:
+            return pow2_scale(self._device_products(ns, V), e[:, None]).T
+        out = np.zeros((k, self.psi))
         Vt = np.ascontiguousarray(V.T, dtype=S_all.dtype)
         for sl in sample_chunks(S_all.shape[0], 3 * self.d * k + k):
             S, x = S_all[sl], x_all[sl]
@@ -562,6 +576,24 @@ class ImplicitGram:
                 U *= w_all[sl, None]
             out += features_rmatvec(S, x, U)
         return pow2_scale(out, e[:, None]).T
+
+    def _device_products(self, ns, V):
+        """``(G V)^T`` with the cache held in a namespace (moved there once, at the first product)."""
+        if self._device is None or not self._device[0].same_as(ns):
+            self._device = (ns,) + tuple(ns.asarray(a) for a in self._cache)
+        _, S_all, x_all, w_all = self._device
+        xp = ns.xp
+        Vt = ns.asarray(np.ascontiguousarray(V.T), dtype=S_all.dtype)
+        out = None
+        for sl in sample_chunks(S_all.shape[0], 3 * self.d * V.shape[1] + V.shape[1],
+                                budget=_DEVICE_CHUNK_VALUES):
+            S, x = S_all[sl, ...], x_all[sl, ...]
+            U = features_matvec_in(xp, S, x, Vt)
+            if w_all is not None:
+                U = U * w_all[sl, None]
+            part = features_rmatvec_in(xp, S, x, U)
+            out = part if out is None else out + part
+        return as_numpy(out).astype(np.float64)
 
     def matmat_exact(self, V):
         """``G @ V`` in float64 (streamed from the sequences unless the cache is float64)."""

@@ -23,6 +23,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from ._krylov import ByColumns, LanczosRecord, pcg
 from ._memory import resolve_budget
+from ._namespace import active
 
 __all__ = [
     "descending_eigh",
@@ -114,9 +115,15 @@ def descending_eigh(A, *, vectors=True, overwrite_a=False):
 
     Returns ``w`` or ``(w, U)`` with ``A = U diag(w) U^T`` to rounding.
     """
+    ns = active()
     if not vectors:
-        return np.clip(scipy.linalg.eigvalsh(A, overwrite_a=overwrite_a)[::-1], 0.0, None)
-    w, U = scipy.linalg.eigh(A, driver="evr", overwrite_a=overwrite_a, check_finite=False)
+        w = (scipy.linalg.eigvalsh(A, overwrite_a=overwrite_a) if ns.is_numpy
+             else ns.eigvalsh(A))
+        return np.clip(w[::-1], 0.0, None)
+    if ns.is_numpy:
+        w, U = scipy.linalg.eigh(A, driver="evr", overwrite_a=overwrite_a, check_finite=False)
+    else:
+        w, U = ns.eigh(A)
     return np.clip(w[::-1], 0.0, None), U[:, ::-1]
 
 
@@ -130,11 +137,16 @@ def largest_eigenvalue(G):
 
     Of a C-ordered G only the upper triangle is read.
     """
-    A = G.T if G.T.flags.f_contiguous else np.asfortranarray(G)
-    symv = get_blas_funcs("symv", (A,))
+    ns = active()
+    if not ns.vector_products:
+        A = G.T if G.T.flags.f_contiguous else np.asfortranarray(G)
+        symv = get_blas_funcs("symv", (A,))
 
-    def product(v):
-        return symv(1.0, A, v, lower=1)
+        def product(v):
+            return symv(1.0, A, v, lower=1)
+    else:
+        A = np.triu(G)
+        product = ns.symmetric_product(A + np.triu(A, 1).T)
 
     op = LinearOperator(A.shape, matvec=product, dtype=A.dtype)
     v0 = start_vectors(A.shape[0])[:, 0]
@@ -148,10 +160,12 @@ def smallest_eigenvalue_from_cholesky(L):
     Returns ``(lambda_min, error_bound)`` or None when Lanczos fails.
     """
     psi = L.shape[0]
-    trsv = get_blas_funcs("trsv", (L,))
+    inverse = active().cholesky_inverse_product(L) if active().vector_products else None
+    if inverse is None:
+        trsv = get_blas_funcs("trsv", (L,))
 
-    def inverse(v):
-        return trsv(L, trsv(L, v, lower=1), lower=1, trans=1)
+        def inverse(v):
+            return trsv(L, trsv(L, v, lower=1), lower=1, trans=1)
 
     op = LinearOperator((psi, psi), matvec=inverse, dtype=np.float64)
     try:

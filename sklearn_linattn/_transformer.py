@@ -4,6 +4,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from ._namespace import fits_in_namespace, returns_in_namespace
 from ._base import sequence_tags
 from ._features import attention_features, feature_names, n_attention_features, row_factors
 from ._memory import real_tokens
@@ -98,6 +99,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     def _layout(self):
         return {"token_dim": self.token_dim, "data_format": check_data_format(self.data_format)}
 
+    @fits_in_namespace
     def fit(self, X, y=None):
         """Record the token dimension of X.
 
@@ -136,6 +138,7 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
                                 + self._terms(X.shape[2]).n_terms)
         return self
 
+    @returns_in_namespace
     def transform(self, X):
         """Cubic attention features of each sequence.
 
@@ -220,4 +223,5 @@ class LinearAttentionFeatures(TransformerMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = sequence_tags(super().__sklearn_tags__())
         tags.requires_fit = True
+        tags.array_api_support = True
         return tags

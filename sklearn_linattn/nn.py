@@ -9,6 +9,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted
 
 from ._validation import as_real_array, check_readout
+from ._namespace import on_host
 from ._params import check_head_decays, check_number
 from ._torch_reader import AttentionHeads, from_torch
 from .layouts import projections_from_heads
@@ -490,6 +491,7 @@ def to_torch(estimator, *, d_k=None, d_v=None, dtype=torch.float64):
     True
     """
     estimator, constant = _with_constant(estimator)
+    estimator = on_host(estimator)  # a fit in another array namespace: its arrays read once
     if getattr(estimator, "linear_coef_", None) is not None:
         raise ValueError(
             "to_torch writes attention with a bias and a skip term; this estimator has the "

@@ -12,6 +12,7 @@ from ._attention import attention_coefficients, decay_blocks, mhla_forward
 from ._certificate import IdentifiabilityCertificate
 from ._estimators import LinearAttentionRegressor
 from ._memory import real_tokens
+from ._namespace import on_host
 from ._params import check_head_decays
 from .preprocessing import AppendConstant
 from ._units import (
@@ -251,6 +252,7 @@ class _ComparedModel:
                     "fitted estimator's own intercept_ and skip_coef_ are read from it, "
                     f"so pass None with {type(model).__name__}."
                 )
+            model = on_host(model)  # a fit in another array namespace: its arrays read once
             V, Q = model.value_matrices_, model.key_query_matrices_
             decays, decays_name = getattr(model, "head_decays_", None), "head_decays_"
             # Terms the estimator was fitted with (its intercept_ and skip_coef_

@@ -5,6 +5,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse
 
+from .._namespace import computes_in_namespace
 from .._features import attention_features, prefix_features, sparse_feature_rows
 from .._memory import sample_chunks, real_tokens
 from .._units import TokenStandardizer, pow2_scale, scale_per_sample
@@ -361,6 +362,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
             lev = np.where(pad, 0.0, lev)
         return cov, np.where(np.isnan(lev), np.inf, lev)
 
+    @computes_in_namespace
     def covers(self, X_new):
         """Which inputs every empirical risk minimizer agrees on.
 
@@ -403,6 +405,7 @@ class IdentifiabilityCertificate:  # numpydoc ignore=PR01
         """
         return self._input_rows(X_new)[0]
 
+    @computes_in_namespace
     def error_bound(self, X_new, epsilon):
         """How far two epsilon-approximate empirical risk minimizers can disagree.
 

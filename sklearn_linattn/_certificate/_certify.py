@@ -8,6 +8,7 @@ from .._solvers import (
     solve_statistics,
 )
 from .._moments import count_rows
+from .._namespace import computes_in_namespace
 from .._problem import StandardizedProblem, keep_rows
 from .._source import ArraySource, check_layout
 from .._terms import LinearTerms, fit_terms
@@ -28,6 +29,7 @@ def _check_tol(tol):
     return check_number(tol, "tol", low=0.0, allow_none=True)
 
 
+@computes_in_namespace
 def certify_identifiability(
     X, *, readout="last", token_dim=None, tol=None, sample_weight=None, solver="auto",
     data_format="channels_last", fit_intercept=False, fit_skip=False, decay=None,

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from .._namespace import active
 from .._spectrum import eigenvalue_tolerance, rank_tolerance
 from .._units import TokenStandardizer, exponent, pow2_scale
 
@@ -175,11 +176,17 @@ def coef_from_gram(G, moment, ridge):
     M = pow2_scale(G, -m)
     M[np.diag_indices_from(M)] += pow2_scale(ridge, -m)
     b = pow2_scale(moment, -m)
+    ns = active()
     try:
-        c, low = scipy.linalg.cho_factor(M, lower=True, overwrite_a=True, check_finite=False)
+        if ns.is_numpy:
+            c, low = scipy.linalg.cho_factor(M, lower=True, overwrite_a=True,
+                                             check_finite=False)
+        else:
+            c, low = ns.cholesky(M), True
         return scipy.linalg.cho_solve((c, low), b, check_finite=False).T
     except np.linalg.LinAlgError:
-        w, U = scipy.linalg.eigh(pow2_scale(G, -m), check_finite=False)
+        A = pow2_scale(G, -m)
+        w, U = scipy.linalg.eigh(A, check_finite=False) if ns.is_numpy else ns.eigh(A)
         w = w + pow2_scale(ridge, -m)
         keep = w > eigenvalue_tolerance(w.max(), w.size)
         return ((U[:, keep] / w[keep]) @ (U[:, keep].T @ b)).T

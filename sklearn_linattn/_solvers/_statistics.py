@@ -7,6 +7,7 @@ import numpy as np
 from .._features import features_rmatvec, pair_index_matrix, pair_indices
 from .._memory import sample_chunks, n_pairs, zero_padding
 from .._moments import MomentPass
+from .._namespace import active, as_numpy
 from .._spectrum import descending_eigh, rank_tolerance
 from .._units import TokenStandardizer, feature_map, map_is_accurate, targets_map, weight_factor
 from .._validation import check_lengths_array, check_readout
@@ -19,6 +20,9 @@ _GRAM_BLOCK_VALUES = 2**20
 # Up to this many features the transposed feature rows themselves and one
 # SYRK are cheaper than pair products (which save little arithmetic there).
 _ROWS_UP_TO_PSI = 64
+# Values of the pair products formed at a time in another namespace (a
+# device's memory, not a cache, bounds them; each block is one GEMM).
+_DEVICE_BLOCK_VALUES = 2**26
 
 
 def _check_batch(X, lengths, Y, sample_weight, d, d_out, readout):
@@ -81,6 +85,10 @@ def _block_moments(which, n_moments):
 
 def _add_pair_products(out, St, B):
     """Add ``pairs(St) @ B`` to ``out`` (compact Gram rows of the moments St, in order)."""
+    ns = active()
+    if not ns.is_numpy:
+        out += _pair_products_in(ns, St, B)
+        return
     P, m = St.shape
     # Pair products of the moments (rows (p, q), q >= p, in triu order)
     # times pair products of the tokens: a GEMM gives every distinct Gram
@@ -100,6 +108,28 @@ def _add_pair_products(out, St, B):
             np.multiply(St[q:], St[q], out=A[offsets[q] - start : offsets[q + 1] - start])
         out[start : offsets[stop]] += A @ B
         p = stop
+
+
+def _pair_products_in(ns, St, B):
+    """``pairs(St) @ B`` computed in a namespace (the pair products formed there too)."""
+    xp, P, m = ns.xp, St.shape[0], St.shape[1]
+    offsets = [int(o) for o in _pair_offsets(P)]
+    S, Bd = ns.asarray(St), ns.asarray(B)
+    out = xp.zeros((offsets[-1], B.shape[1]), dtype=xp.float64, device=ns.device)
+    block = max(1, (_GRAM_BLOCK_VALUES if ns.host_memory else _DEVICE_BLOCK_VALUES) // m)
+    buffer = xp.empty((min(offsets[-1], max(block, P)), m), dtype=xp.float64, device=ns.device)
+    p = 0
+    while p < P:
+        stop = p + 1
+        while stop < P and offsets[stop + 1] - offsets[p] <= block:
+            stop += 1
+        start = offsets[p]
+        for q in range(p, stop):
+            ns.multiply_into(S[q:, :], S[q:q + 1, :],
+                             buffer[offsets[q] - start:offsets[q + 1] - start, :])
+        out[start:offsets[stop], :] = xp.matmul(buffer[:offsets[stop] - start, :], Bd)
+        p = stop
+    return as_numpy(out)
 
 
 def _mapped_gram(G, A, B):
@@ -575,7 +605,9 @@ class SufficientStatistics(RowCounts):
         St, xt = np.ascontiguousarray(S.T), np.ascontiguousarray(x.T)
         Yt = None if Yr is None else np.ascontiguousarray(Yr.T)
         sw = None if w is None else np.sqrt(w)
-        step = max(1, _GRAM_BLOCK_VALUES // (psi + d_out))
+        ns = active()
+        step = max(1, (_GRAM_BLOCK_VALUES if ns.host_memory else _DEVICE_BLOCK_VALUES)
+                   // (psi + d_out))
         buffer = np.empty((psi + d_out, min(step, m)))
         G = np.zeros((psi + d_out, psi + d_out))
         for start in range(0, m, step):
@@ -587,7 +619,7 @@ class SufficientStatistics(RowCounts):
                 H[psi:] = Yt[:, start:stop]
             if sw is not None:
                 H *= sw[start:stop]
-            G += H @ H.T
+            G += H @ H.T if ns.is_numpy else ns.matmul(H, H.T)
         jp, kp = pair_indices(P)
         jd, kd = pair_indices(d)
         index = (jp[:, None] * d + jd[None, :]) * (psi + d_out) + (kp[:, None] * d + kd[None, :])

@@ -9,6 +9,7 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from .._memory import n_pairs, resolve_budget
+from .._namespace import active
 from .._spectrum import eigenvalue_tolerance, implicit_extremes
 from ._solution import SpectralSolution, ridge_penalty, zero_design_solution
 
@@ -39,7 +40,8 @@ class _KroneckerPreconditioner:
 
     def __init__(self, A, B, weight_sum, alpha, dtype):
         self.P, self.d = A.shape[0], B.shape[0]
-        wa, self.Ua = scipy.linalg.eigh(A, check_finite=False)
+        ns = active()  # A is P x P (P = d (d + 1) / 2): 2080 x 2080 at d = 64
+        wa, self.Ua = scipy.linalg.eigh(A, check_finite=False) if ns.is_numpy else ns.eigh(A)
         wb, self.Ub = scipy.linalg.eigh(B, check_finite=False)
         wa, wb = np.clip(wa, 0.0, None), np.clip(wb, 0.0, None)
         D = np.outer(wa, wb) / max(weight_sum, np.finfo(np.float64).tiny)

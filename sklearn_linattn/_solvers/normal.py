@@ -4,6 +4,7 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg.lapack import get_lapack_funcs
 
+from .._namespace import active
 from .._spectrum import (
     descending_eigh,
     eigenvalue_tolerance,
@@ -64,6 +65,12 @@ def solve_eigh(stats, alpha=0.0, previous=None):
 
 def _cholesky(G):
     """Lower Cholesky factor (Fortran order, computed in place); None if not positive definite."""
+    ns = active()
+    if not ns.is_numpy:
+        try:
+            return np.asfortranarray(ns.cholesky(G.T))
+        except np.linalg.LinAlgError:
+            return None
     potrf = get_lapack_funcs("potrf", (G,))
     # G is symmetric: its transpose is a Fortran-ordered view of the same matrix.
     L, info = potrf(G.T, lower=1, overwrite_a=1, clean=1)
