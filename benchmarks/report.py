@@ -124,13 +124,14 @@ under a minute without it, where the package's numpy learner runs the recipe ins
 - `--quick`: tiny sizes, a smoke test of the harness (targets are not judged; prints the table
   and writes no file unless `--output` is given).
 - `--only ROW ...` / `--skip ROW ...`: run some rows (`gram`, `adam`, `samples`, `memory`, `cg`,
-  `dask`, `cv`, `real`). Written into an existing report (this file by default), the rows run
+  `dask`, `cv`, `real`, `array_api`). Written into an existing report (this file by default), the rows run
   replace their lines and sections, and the other rows keep theirs: "Earlier runs" gives the date,
   command, commit and machine of the run each kept row comes from. `--replace` writes the rows run
   alone. The `dask` row needs the dask extra (`pip install -e ".[dask]"`); without it the row
   says "not available". The `real` row takes about 2 minutes on 2 cores; it needs the bench extra
   (`pip install -e ".[bench]"`, aeon) for aeon's data sets and the Rocket models, and without it
-  those lines say "not available" and the digits run with the other models.
+  those lines say "not available" and the digits run with the other models. The `array_api`
+  row needs PyTorch (the torch extra); it runs its GPU cases where torch sees a CUDA device.
 - `--output PATH`: where to write the markdown (default `benchmarks/README.md`; `-` for stdout only).
 - `--threads N`: BLAS/OpenMP threads for the whole run, set with threadpoolctl (default: all usable
   cores).

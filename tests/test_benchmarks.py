@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-ROWS = ("gram", "adam", "samples", "memory", "cg")
+ROWS = ("gram", "adam", "samples", "memory", "cg", "array_api")
 
 pytestmark = pytest.mark.skipif(
     not (REPO_ROOT / "benchmarks" / "__main__.py").exists(),
