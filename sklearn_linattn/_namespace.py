@@ -235,8 +235,13 @@ class Namespace:
         return L
 
     def symmetric_product(self, G):
-        """``v -> G @ v`` for a symmetric NumPy matrix G held once in this namespace."""
-        M = self.asarray(G)
+        """``v -> G @ v`` for a symmetric NumPy matrix G of which only the upper triangle is read.
+
+        G is held once in this namespace, made whole there.
+        """
+        xp = self.xp
+        M = xp.triu(self.asarray(G))
+        M = M + xp.matrix_transpose(xp.triu(M, k=1))
 
         def product(v):
             return as_numpy(self.xp.matmul(M, self.asarray(v)))

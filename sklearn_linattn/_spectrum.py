@@ -145,8 +145,7 @@ def largest_eigenvalue(G):
         def product(v):
             return symv(1.0, A, v, lower=1)
     else:
-        A = np.triu(G)
-        product = ns.symmetric_product(A + np.triu(A, 1).T)
+        A, product = G, ns.symmetric_product(G)
 
     op = LinearOperator(A.shape, matvec=product, dtype=A.dtype)
     v0 = start_vectors(A.shape[0])[:, 0]
