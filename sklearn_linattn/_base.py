@@ -7,7 +7,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ._attention import forward_checked, mhla_forward, mhla_generate
 from ._memory import real_tokens
-from ._namespace import as_numpy, returns_in_namespace
+from ._namespace import returns_in_namespace
 from ._terms import linear_columns
 from ._units import SAFE_EXPONENT, scale_per_sample
 from ._validation import (
@@ -53,8 +53,7 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
         """Outputs of the fitted model on validated sequences, shape (n, [n_tokens,] d_out)."""
         heads = getattr(self, "_standardized_heads", None)
         if heads is None:
-            out = mhla_forward(X, as_numpy(self.value_matrices_),
-                               as_numpy(self.key_query_matrices_), lengths,
+            out = mhla_forward(X, self.value_matrices_, self.key_query_matrices_, lengths,
                                readout=self.readout, decays=self._head_decays())
         else:
             st = self.standardization_
@@ -70,11 +69,11 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
 
     def _head_decays(self):
         """The decay of each head (None: no decays; estimators without them have none)."""
-        return as_numpy(getattr(self, "head_decays_", None))
+        return getattr(self, "head_decays_", None)
 
     def _has_terms(self):
-        return bool(np.any(as_numpy(getattr(self, "intercept_", 0.0)))
-                    or np.any(as_numpy(getattr(self, "skip_coef_", 0.0)))
+        return bool(np.any(getattr(self, "intercept_", 0.0))
+                    or np.any(getattr(self, "skip_coef_", 0.0))
                     or getattr(self, "linear_coef_", None) is not None)
 
     def _add_terms(self, out, X, lengths):
@@ -86,9 +85,9 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             x = X[np.arange(X.shape[0]), lengths - 1]
         else:
             x = np.where(real_tokens(lengths, X.shape[1])[:, :, None], X, 0.0)
-        linear = as_numpy(getattr(self, "linear_coef_", None))
+        linear = getattr(self, "linear_coef_", None)
         with np.errstate(over="ignore", invalid="ignore"):
-            terms = as_numpy(self.intercept_) + x @ as_numpy(self.skip_coef_).T
+            terms = self.intercept_ + x @ self.skip_coef_.T
             if linear is not None:
                 # Lags beyond the training length have no coefficient.
                 terms = terms + linear_columns(X, lengths, linear.shape[1]) @ linear.reshape(
@@ -185,10 +184,9 @@ class AttentionHeadsRegressorMixin(RegressorMixin):
             )
         terms = {}
         if self._has_terms():
-            terms = {"intercept": as_numpy(self.intercept_),
-                     "skip_coef": as_numpy(self.skip_coef_)}
+            terms = {"intercept": self.intercept_, "skip_coef": self.skip_coef_}
         return to_data_format(mhla_generate(
-            X, as_numpy(self.value_matrices_), as_numpy(self.key_query_matrices_), n_steps,
+            X, self.value_matrices_, self.key_query_matrices_, n_steps,
             rounding=rounding, lengths=lengths, decays=self._head_decays(), **terms,
         ), self._layout()["data_format"])
 

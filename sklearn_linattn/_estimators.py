@@ -11,7 +11,7 @@ the one conversion back.  ``fit``, ``partial_fit`` (which continues a
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from ._namespace import as_numpy, fits_in_namespace, returns_in_namespace
+from ._namespace import fits_in_namespace, returns_in_namespace
 from ._base import AttentionHeadsRegressorMixin
 from ._features import features_matvec, n_attention_features, row_factors
 from ._memory import sample_chunks, real_tokens, sample_values
@@ -459,9 +459,9 @@ class LinearAttentionRegressor(AttentionHeadsRegressorMixin, BaseEstimator):
         n_samples, n_tokens, d = X.shape
         k = self.coef_.shape[0]
         st = getattr(self, "standardization_", None)
-        coef = as_numpy(getattr(self, "_standardized_coef", None))
+        coef = getattr(self, "_standardized_coef", None)
         if st is None or coef is None:
-            st, coef = TokenStandardizer.identity(d, k, self._decays()), as_numpy(self.coef_)
+            st, coef = TokenStandardizer.identity(d, k, self._decays()), self.coef_
         P = st.n_moments
         real = real_tokens(lengths, n_tokens)
         if self.readout == "last":

@@ -415,13 +415,14 @@ def returns_in_namespace(method):
     """Decorate a fitted method ``method(self, X, ...)``: its arrays in the fit's namespace.
 
     Under dispatch X must be in the namespace and on the device of the fit
-    (a ValueError names both); array results (and the arrays of a tuple of
-    results) are put there.
+    (a ValueError names both); the method reads the fitted arrays on the host
+    (:func:`on_host`), and array results (and the arrays of a tuple of
+    results) are put in that namespace.
     """
     @functools.wraps(method)
     def wrapper(self, X, *args, **kwargs):
         ns = check_fitted_namespace(self, X, method.__name__)
-        return put_results(_call(method, self, ns, (X, *args), kwargs), ns)
+        return put_results(_call(method, on_host(self), ns, (X, *args), kwargs), ns)
 
     return wrapper
 
