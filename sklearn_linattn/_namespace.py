@@ -386,12 +386,13 @@ def _read_arguments(function, args, kwargs):
     return args, kwargs
 
 
-def _call(method, self, ns, args, kwargs):
-    args, kwargs = _read_arguments(method, (self, *args), kwargs)
+def _call(function, ns, args, kwargs):
+    """``function(*args, **kwargs)``, its arguments read, run with ``ns`` active."""
+    args, kwargs = _read_arguments(function, args, kwargs)
     if ns.is_numpy:
-        return method(*args, **kwargs)
+        return function(*args, **kwargs)
     with ns.active():
-        return method(*args, **kwargs)
+        return function(*args, **kwargs)
 
 
 def fits_in_namespace(fit):
@@ -403,7 +404,7 @@ def fits_in_namespace(fit):
     @functools.wraps(fit)
     def wrapper(self, X, *args, **kwargs):
         ns = namespace_of(X)
-        out = _call(fit, self, ns, (X, *args), kwargs)
+        out = _call(fit, ns, (self, X, *args), kwargs)
         put_fitted(self, ns)
         self._fit_namespace = _fit_key(ns)
         return out
@@ -422,7 +423,7 @@ def returns_in_namespace(method):
     @functools.wraps(method)
     def wrapper(self, X, *args, **kwargs):
         ns = check_fitted_namespace(self, X, method.__name__)
-        return put_results(_call(method, on_host(self), ns, (X, *args), kwargs), ns)
+        return put_results(_call(method, ns, (on_host(self), X, *args), kwargs), ns)
 
     return wrapper
 
@@ -434,17 +435,14 @@ def computes_in_namespace(function):
     into NumPy once; array results (and the arrays of a tuple) are put in X's
     namespace.  Unlike a fitted method, there is no fit to agree with.
     """
-    takes_self = next(iter(inspect.signature(function).parameters)) == "self"
+    names = list(inspect.signature(function).parameters)
+    position = 1 if names[0] == "self" else 0  # X's
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        head, (X, *rest) = (args[:1], args[1:]) if takes_self else ((), args)
+        X = args[position] if len(args) > position else kwargs.get(names[position])
         ns = namespace_of(X)
-        args, kwargs = _read_arguments(function, (*head, X, *rest), kwargs)
-        if ns.is_numpy:
-            return function(*args, **kwargs)
-        with ns.active():
-            return put_results(function(*args, **kwargs), ns)
+        return put_results(_call(function, ns, args, kwargs), ns)
 
     return wrapper
 

@@ -358,6 +358,21 @@ def test_tensors_that_require_grad_are_refused_by_name_under_dispatch():
             fitted.predict(torch.tensor(X, requires_grad=True))
 
 
+def test_inputs_passed_by_keyword_keep_their_namespace():
+    X, y = one_head_data(n=120)
+    ref = LinearAttentionRegressor().fit(X, y)
+    cpu = xs.Device("CPU_DEVICE")
+    with dispatch():
+        model = LinearAttentionRegressor().fit(X=xs.asarray(X), y=xs.asarray(y))
+        covered = model.certificate_.covers(X_new=xs.asarray(X[:4]))
+        certificate = certify_identifiability(X=xs.asarray(X))
+        pred = model.predict(X=xs.asarray(X[:4]))
+    assert_in(covered, xs, cpu)
+    assert_in(pred, xs, cpu)
+    assert_close(pred, ref.predict(X[:4]))
+    assert bool(certificate) == bool(ref.certificate_)
+
+
 def test_targets_and_weights_follow_X():
     torch = pytest.importorskip("torch")
     X, y = one_head_data(n=80)
